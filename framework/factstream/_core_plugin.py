@@ -1,0 +1,14 @@
+"""The core's own registrations, made through the same hooks as every plugin (plugin name ``factstream``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from factstream.plugins import hookimpl
+from factstream.resources import migrations_dir
+from factstream.specs import MigrationSpec
+
+
+@hookimpl
+def register_migrations(register: Callable[[MigrationSpec], None]) -> None:
+    register(MigrationSpec(migrations_dir() / "versions"))

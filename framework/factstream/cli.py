@@ -1,0 +1,286 @@
+"""The ``factstream`` command.
+
+Built-in commands live here; plugins add theirs through ``register_commands``. Every
+:class:`~factstream.errors.FactstreamError` is shown as one paragraph on stderr with exit code 2; an
+unexpected exception is reported in one line (``FACTSTREAM_DEBUG=1`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.table import Table
+
+from factstream.config import Settings, load_config
+from factstream.errors import FactstreamError, PluginError
+from factstream.plugins import PluginHost, load_plugins
+
+BUILTIN_COMMANDS = frozenset({"plugins", "migrate", "demo", "db"})
+
+out = Console()
+err = Console(stderr=True)
+
+
+@dataclass
+class State:
+    """Per-invocation state: the config path given on the command line, loaded lazily."""
+
+    config_path: Path | None = None
+    plugin_error: PluginError | None = None
+    _settings: Settings | None = None
+    _plugins: PluginHost | None = field(default=None, repr=False)
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = load_config(self.config_path)
+        return self._settings
+
+    @property
+    def plugins(self) -> PluginHost:
+        if self.plugin_error is not None:
+            raise self.plugin_error
+        if self._plugins is None:
+            self._plugins = load_plugins()
+            self._plugins.registry  # noqa: B018 - validate registrations now
+        return self._plugins
+
+
+state = State()
+
+app = typer.Typer(
+    name="factstream",
+    help="Streams of facts in PostgreSQL, replicated between processes. See docs/ for the guides.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+@app.callback()
+def _root(
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="YAML config file (default: $FACTSTREAM_CONFIG or ./factstream.yaml)."),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what happens (INFO level).")] = False,
+) -> None:
+    state.config_path = config
+    _setup_logging(logging.INFO if verbose else logging.WARNING)
+
+
+def _setup_logging(level: int) -> None:
+    root = logging.getLogger()
+    if not any(isinstance(h, RichHandler) for h in root.handlers):
+        root.addHandler(RichHandler(console=err, show_time=False, show_path=False))
+    root.setLevel(level)
+    if os.environ.get("FACTSTREAM_TRACE_HOOKS"):
+        logging.getLogger("factstream.hooks").setLevel(logging.INFO)
+
+
+# -- plugins -----------------------------------------------------------------------------------------
+
+
+@app.command("plugins")
+def plugins_command() -> None:
+    """List the loaded plugins: version, streams, migration branch.
+
+    FACTSTREAM_LOAD_PLUGINS=a,b loads only those; FACTSTREAM_BLOCK_PLUGINS=a hides one.
+    """
+    host = state.plugins
+    registry = host.registry
+    table = Table(title="factstream plugins")
+    for col in ("plugin", "version", "module", "streams", "migration branch"):
+        table.add_column(col)
+    for name, info in host.plugins.items():
+        what = host.registered_by(name)
+        branch = name if name in registry.migrations else "-"
+        table.add_row(
+            name + (" (core)" if info.builtin else ""),
+            info.version or "-",
+            info.module,
+            ", ".join(what["streams"]) or "-",
+            branch,
+        )
+    out.print(table)
+
+
+# -- migrate -----------------------------------------------------------------------------------------
+
+migrate_app = typer.Typer(help="Database migrations: the core branch and one branch per plugin.")
+app.add_typer(migrate_app, name="migrate")
+
+
+def _migrator() -> Any:
+    from factstream.db.engine import check_database, database_url
+    from factstream.migrate import Migrator
+
+    settings = state.settings
+    url = database_url(settings)
+    check_database(url, settings.database.connect_timeout)
+    return Migrator(url, state.plugins)
+
+
+def _alembic_progress() -> None:
+    logging.getLogger("alembic.runtime.migration").setLevel(logging.INFO)
+    logging.getLogger("alembic").addHandler(RichHandler(console=err, show_time=False, show_path=False, show_level=False))
+    logging.getLogger("alembic").propagate = False
+
+
+@migrate_app.callback(invoke_without_command=True)
+def migrate_command(
+    ctx: typer.Context,
+    plugin: Annotated[
+        str | None, typer.Option("--plugin", "-p", help="Only this plugin's branch (default: every branch).")
+    ] = None,
+) -> None:
+    """Upgrade every migration branch to its head (or only --plugin NAME)."""
+    if ctx.invoked_subcommand is not None:
+        ctx.obj = plugin
+        return
+    _alembic_progress()
+    migrator = _migrator()
+    try:
+        migrator.upgrade(plugin)
+        _print_status(migrator.status())
+    finally:
+        migrator.close()
+
+
+@migrate_app.command("status")
+def migrate_status() -> None:
+    """Show each branch: the revision the database is at and the head the code has."""
+    migrator = _migrator()
+    try:
+        _print_status(migrator.status())
+    finally:
+        migrator.close()
+
+
+@migrate_app.command("down")
+def migrate_down(
+    ctx: typer.Context,
+    plugin: Annotated[str | None, typer.Option("--plugin", "-p", help="The plugin whose branch to remove.")] = None,
+) -> None:
+    """Downgrade one plugin's branch to its base (drops what its revisions created)."""
+    plugin = plugin or ctx.obj
+    if not plugin:
+        raise FactstreamError("`factstream migrate down` needs --plugin NAME")
+    _alembic_progress()
+    migrator = _migrator()
+    try:
+        migrator.downgrade_to_base(plugin)
+        _print_status(migrator.status())
+    finally:
+        migrator.close()
+
+
+@migrate_app.command("new")
+def migrate_new(
+    ctx: typer.Context,
+    message: Annotated[str, typer.Option("--message", "-m", help="What the revision does.")],
+    plugin: Annotated[str | None, typer.Option("--plugin", "-p", help="The plugin whose branch gets it.")] = None,
+) -> None:
+    """Create an empty revision at the head of a plugin's branch (starting the branch if needed)."""
+    plugin = plugin or ctx.obj
+    if not plugin:
+        raise FactstreamError("`factstream migrate new` needs --plugin NAME")
+    from factstream.migrate import Migrator
+
+    # Writing a revision file needs no database.
+    migrator = Migrator("postgresql://unused/unused", state.plugins)
+    path = migrator.new_revision(plugin, message)
+    out.print(f"created {path}")
+
+
+@migrate_app.command("detach")
+def migrate_detach(name: Annotated[str, typer.Argument(help="The uninstalled plugin's name.")]) -> None:
+    """Forget the migrations of a plugin that is no longer installed (its tables are kept)."""
+    migrator = _migrator()
+    try:
+        rid = migrator.detach(name)
+        out.print(f"detached plugin {name!r} (was at revision {rid}); its tables were left in place")
+    finally:
+        migrator.close()
+
+
+def _print_status(rows: list[Any]) -> None:
+    table = Table(title="migration branches")
+    for col in ("branch", "current", "head", "state"):
+        table.add_column(col)
+    for row in rows:
+        if not row.installed:
+            what = "[red]plugin not installed[/red]"
+        elif row.up_to_date:
+            what = "[green]up to date[/green]"
+        else:
+            what = "[yellow]needs upgrade[/yellow]"
+        table.add_row(row.branch, row.current or "-", row.head or "-", what)
+    out.print(table)
+
+
+# -- demo --------------------------------------------------------------------------------------------
+
+
+@app.command("demo")
+def demo_command() -> None:
+    """Run the demo on the embedded defaults: database, migrations, plugins and stream positions."""
+    from factstream.demo import run_demo
+
+    run_demo(state, out)
+
+
+# -- entry point -------------------------------------------------------------------------------------
+
+
+def _add_plugin_commands() -> None:
+    try:
+        host = state.plugins
+        commands = list(host.registry.commands)
+    except PluginError as exc:
+        state.plugin_error = exc
+        return
+    for reg in commands:
+        spec = reg.spec
+        if spec.name in BUILTIN_COMMANDS:
+            state.plugin_error = PluginError(
+                f"plugin {reg.plugin!r} registers command {spec.name!r}, which is built in"
+            )
+            continue
+        if isinstance(spec.app, typer.Typer):
+            app.add_typer(spec.app, name=spec.name, help=spec.help or None)
+        else:
+            app.command(spec.name, help=spec.help or None)(spec.app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    debug = os.environ.get("FACTSTREAM_DEBUG", "").lower() in {"1", "true", "yes"}
+    try:
+        _add_plugin_commands()
+        app(args=argv, prog_name="factstream")
+    except FactstreamError as exc:
+        err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:
+        if debug:
+            raise
+        err.print(
+            f"[bold red]internal error:[/bold red] {type(exc).__name__}: {exc}\n"
+            "This is a bug in factstream or a plugin; rerun with FACTSTREAM_DEBUG=1 for the traceback.",
+            highlight=False,
+        )
+        sys.exit(1)

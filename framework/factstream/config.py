@@ -1,0 +1,217 @@
+"""Host configuration: a YAML file, overridden by ``FACTSTREAM_*`` environment variables.
+
+Where the file comes from: ``--config PATH``, else ``$FACTSTREAM_CONFIG``, else ``./factstream.yaml``
+when it exists, else built-in defaults (one instance called ``main``, embedded PostgreSQL, TCP
+replication). Nested keys are overridden with ``__``: ``FACTSTREAM_DATABASE__URL``,
+``FACTSTREAM_INSTANCE_NAME``, ``FACTSTREAM_REDIS__URL``. Every problem is reported as a
+:class:`ConfigError` naming the file, the key and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from factstream.errors import ConfigError
+from factstream.specs import NAME_RE
+
+DEFAULT_CONFIG_FILE = "factstream.yaml"
+ENV_PREFIX = "FACTSTREAM_"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatabaseConfig(_Section):
+    """``database``: where the one PostgreSQL database is. No ``url`` means the embedded server."""
+
+    url: str | None = Field(default=None, description="postgresql://user@host:port/dbname; absent = embedded")
+    pool_size: int = Field(default=10, ge=1, le=1000)
+    connect_timeout: float = Field(default=5.0, gt=0, description="seconds to wait for a connection")
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_only(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme not in {"postgresql", "postgres", "postgresql+psycopg"}:
+            raise ValueError(f"must be a postgresql:// URL, not {value!r}")
+        return value
+
+
+class RedisConfig(_Section):
+    """``redis``: pub/sub replication. No ``url`` means TCP replication between instances."""
+
+    url: str | None = Field(default=None, description="redis://host:port/db; absent = TCP replication")
+
+    @field_validator("url")
+    @classmethod
+    def _redis_only(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"must be a redis://, rediss:// or unix:// URL, not {value!r}")
+        return value
+
+
+class InstanceEndpoint(_Section):
+    """One entry of ``instance_map``: where an instance listens."""
+
+    host: str = "127.0.0.1"
+    replication_port: int | None = Field(default=None, ge=1, le=65535)
+    http_port: int | None = Field(default=None, ge=1, le=65535)
+
+
+class Settings(BaseSettings):
+    """The whole configuration of one host process."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True, validate_default=True
+    )
+
+    deployment: str = Field(default="factstream", description="server name; also the Redis channel")
+    instance_name: str = Field(default="main", description="this process's instance name")
+    state_dir: Path = Field(default=Path(".factstream"), description="embedded database, exports, checkpoints")
+    database: DatabaseConfig = DatabaseConfig()
+    redis: RedisConfig = RedisConfig()
+    instance_map: dict[str, InstanceEndpoint] = Field(default_factory=dict)
+    stream_writers: dict[str, list[str]] = Field(default_factory=dict)
+
+    @field_validator("instance_name")
+    @classmethod
+    def _instance_name(cls, value: str) -> str:
+        if not value or any(c.isspace() for c in value):
+            raise ValueError(f"must be a non-empty name without spaces, not {value!r}")
+        return value
+
+    @field_validator("stream_writers")
+    @classmethod
+    def _stream_names(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for stream, writers in value.items():
+            if not NAME_RE.match(stream):
+                raise ValueError(f"{stream!r} is not a valid stream name")
+            if len(set(writers)) != len(writers):
+                raise ValueError(f"stream {stream!r} lists a writer twice: {writers}")
+        return value
+
+    @model_validator(mode="after")
+    def _writers_are_instances(self) -> Settings:
+        if self.instance_map:
+            if self.instance_name not in self.instance_map:
+                raise ValueError(
+                    f"instance_name {self.instance_name!r} is not in instance_map "
+                    f"(known: {', '.join(sorted(self.instance_map))})"
+                )
+            for stream, writers in self.stream_writers.items():
+                unknown = [w for w in writers if w not in self.instance_map]
+                if unknown:
+                    raise ValueError(
+                        f"stream_writers.{stream} names {', '.join(map(repr, unknown))}, missing from instance_map"
+                    )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file's values arrive as init kwargs; the environment overrides them.
+        return (env_settings, init_settings)
+
+    # -- derived -----------------------------------------------------------------------------------
+
+    def writers_for(self, stream: str) -> list[str]:
+        """Configured writers of ``stream``; by default the first instance (``main`` alone)."""
+        return list(self.stream_writers.get(stream, [self.main_instance]))
+
+    @property
+    def main_instance(self) -> str:
+        """The instance that runs the TCP replication server and owns unconfigured streams."""
+        return next(iter(self.instance_map), self.instance_name) if self.instance_map else self.instance_name
+
+
+def resolve_config_path(path: Path | str | None, environ: Mapping[str, str] | None = None) -> Path | None:
+    """Which config file to read: the argument, ``$FACTSTREAM_CONFIG``, ``./factstream.yaml``, or none."""
+    env = os.environ if environ is None else environ
+    if path is None and env.get("FACTSTREAM_CONFIG"):
+        path = env["FACTSTREAM_CONFIG"]
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist")
+        return p
+    default = Path(DEFAULT_CONFIG_FILE)
+    return default if default.is_file() else None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML{where}: {exc.problem}") from exc
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config file {str(path)!r} cannot be read: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must be a mapping of keys to values, not a {type(data).__name__}")
+    return data
+
+
+def _describe(exc: ValidationError, source: str, environ: Mapping[str, str]) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        key = ".".join(loc) or "(top level)"
+        env_name = ENV_PREFIX + "__".join(loc).upper()
+        origin = f" (from environment variable {env_name})" if loc and env_name in environ else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        value = err.get("input")
+        shown = "" if err["type"] in {"extra_forbidden", "missing"} or isinstance(value, dict) else f" (got {value!r})"
+        lines.append(f"{key}{origin}: {msg}{shown}")
+    return f"invalid configuration in {source}: " + "; ".join(lines)
+
+
+def load_config(
+    path: Path | str | None = None, environ: Mapping[str, str] | None = None, **overrides: Any
+) -> Settings:
+    """Read the configuration (file + environment + ``overrides``), or raise :class:`ConfigError`."""
+    env = os.environ if environ is None else environ
+    resolved = resolve_config_path(path, env)
+    data = _read_yaml(resolved) if resolved is not None else {}
+    data.update(overrides)
+    source = repr(str(resolved)) if resolved is not None else "the environment"
+    saved = None
+    if environ is not None:  # pydantic-settings reads os.environ; substitute the given mapping
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(environ)
+    try:
+        settings = Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source, env)) from None
+    finally:
+        if saved is not None:
+            os.environ.clear()
+            os.environ.update(saved)
+    if resolved is not None and not settings.state_dir.is_absolute():
+        settings = settings.model_copy(update={"state_dir": (resolved.parent / settings.state_dir).resolve()})
+    elif not settings.state_dir.is_absolute():
+        settings = settings.model_copy(update={"state_dir": settings.state_dir.resolve()})
+    return settings

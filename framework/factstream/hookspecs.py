@@ -1,0 +1,133 @@
+"""Hook specifications: the extension points every stream plugin (bundled or third-party) uses.
+
+A plugin is a module (or object) with functions decorated ``@factstream.hookimpl`` whose names match
+the specs below; it is found through the ``factstream`` entry-point group, and the entry-point name is
+its identity. Registration hooks receive a ``register`` callable that takes one frozen, typed spec per
+call; the host validates each spec when it is registered and rejects duplicates naming both plugins.
+Hook implementations may accept a subset of the arguments (pluggy passes only what they name).
+
+Hooks are grouped by lifecycle phase:
+
+* **registration** (host start-up, before anything runs): ``register_*``;
+* **lifecycle** (the host process): ``startup`` and ``shutdown``.
+
+``factstream.plugins.PluginHost`` calls these hooks one plugin at a time so that an exception or a bad
+spec is reported with the plugin's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from factstream.specs import (
+        CacheSpec,
+        CommandSpec,
+        ExportJobSpec,
+        InvalidationSpec,
+        MigrationSpec,
+        RouteSpec,
+    )
+    from factstream.streams import StreamSpec
+
+hookspec = pluggy.HookspecMarker("factstream")
+
+# ---------------------------------------------------------------------------------------------------
+# registration
+
+
+@hookspec
+def register_streams(register: Callable[[StreamSpec], None]) -> None:
+    """Register the plugin's streams.
+
+    Call ``register(StreamSpec(...))`` once per stream. Stream names are global: a name already
+    registered by another plugin is rejected at start-up with an error naming both plugins.
+
+    Example::
+
+        @factstream.hookimpl
+        def register_streams(register):
+            register(StreamSpec(name="likes", row_type=LikeRow,
+                                tables=(StreamTable("likes", "instance_name", "stream_id"),)))
+    """
+
+
+@hookspec
+def register_caches(register: Callable[[CacheSpec], None]) -> None:
+    """Register named caches the plugin reads through.
+
+    Call ``register(CacheSpec(name=..., max_size=...))``. Cache names are global.
+    """
+
+
+@hookspec
+def register_invalidations(register: Callable[[InvalidationSpec], None]) -> None:
+    """Declare which caches to invalidate when rows of a stream are replicated.
+
+    Call ``register(InvalidationSpec(stream=..., cache=..., keys=fn))`` where ``fn(row)`` returns the
+    cache keys a row makes stale. The stream and the cache may belong to other plugins; an unknown
+    stream or cache is rejected at start-up.
+    """
+
+
+@hookspec
+def register_migrations(register: Callable[[MigrationSpec], None]) -> None:
+    """Register the directory holding the plugin's alembic revisions.
+
+    Call ``register(MigrationSpec.from_package("factstream_likes.migrations"))`` at most once. The
+    revisions form one alembic branch whose label is the plugin's entry-point name and whose first
+    revision ``depends_on`` the core branch. ``factstream migrate new --plugin NAME -m MSG`` writes new
+    revisions there.
+    """
+
+
+@hookspec
+def register_export_jobs(register: Callable[[ExportJobSpec], None]) -> None:
+    """Register Spark export jobs over the plugin's streams.
+
+    Call ``register(ExportJobSpec(name=..., stream=..., transform=fn))``. Job names are global and
+    the stream must be registered (by any plugin).
+    """
+
+
+@hookspec
+def register_routes(register: Callable[[RouteSpec], None]) -> None:
+    """Add HTTP routes to the host's API.
+
+    Call ``register(RouteSpec(path="/likes/{user_id}", methods=("GET",), endpoint=fn))``. A path and
+    method pair registered twice is rejected naming both plugins.
+    """
+
+
+@hookspec
+def register_commands(register: Callable[[CommandSpec], None]) -> None:
+    """Add sub-commands to the ``factstream`` CLI.
+
+    Call ``register(CommandSpec(name="likes", app=typer_app_or_function, help="..."))``. A name that
+    clashes with a built-in command or another plugin's command is rejected.
+    """
+
+
+# ---------------------------------------------------------------------------------------------------
+# lifecycle
+
+
+@hookspec
+def startup(host: Any) -> None:
+    """Called once when a host process has started (database reachable, migrations checked).
+
+    ``host`` is the running host; a coroutine function may be used and is awaited. An exception stops
+    the host start-up with an error naming the plugin.
+    """
+
+
+@hookspec
+def shutdown(host: Any) -> None:
+    """Called once when a host process stops, in reverse registration order.
+
+    A coroutine function may be used and is awaited. Exceptions are logged with the plugin's name and
+    do not prevent the other plugins' shutdown hooks from running.
+    """

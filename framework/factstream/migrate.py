@@ -1,0 +1,287 @@
+"""Per-plugin alembic migrations: one environment, one version table, one branch per plugin.
+
+The core's revisions form the branch ``factstream``; every plugin that registers a migrations
+directory owns the branch labelled with its entry-point name, whose first revision ``depends_on`` the
+core. Alembic stores only the minimal set of heads (a core head that a plugin revision depends on is
+folded into the plugin's head), so factstream also records every branch's current revision in
+``factstream_migration_branches``. That record is what lets ``status`` report each branch, and what
+names the plugin behind a revision whose plugin is no longer installed (alembic alone would only say
+"Can't locate revision").
+
+All commands run in one transaction holding an advisory lock, so concurrent ``migrate`` calls from
+several host processes are serialised and a failing revision leaves nothing half-applied.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import Script, ScriptDirectory
+from alembic.util import CommandError
+
+from factstream.db.engine import sync_url
+from factstream.db.metadata import migration_branches
+from factstream.errors import MigrationError
+from factstream.plugins import CORE_PLUGIN, PluginHost
+from factstream.resources import migrations_dir
+
+log = logging.getLogger(__name__)
+
+CORE_BASE_REVISION = "fs_core_0001"
+VERSION_TABLE = "alembic_version"
+_LOCK_KEY = 0x66737467  # "fstg": serialises migrations across processes
+
+
+@dataclass(frozen=True)
+class BranchStatus:
+    """One branch (core or plugin): where the database is and where the code is."""
+
+    branch: str
+    current: str | None
+    head: str | None
+    installed: bool = True
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.installed and self.current == self.head
+
+
+class Migrator:
+    """Runs alembic for the core and every loaded plugin against one database."""
+
+    def __init__(self, url: str, plugins: PluginHost) -> None:
+        self.engine = sa.create_engine(sync_url(url), poolclass=sa.pool.NullPool)
+        self.plugins = plugins
+        self.branch_dirs: dict[str, Path] = {
+            reg.plugin: reg.spec.versions_dir for reg in plugins.registry.migrations
+        }
+        self.config = Config()
+        self.config.set_main_option("script_location", str(migrations_dir()))
+        self.config.set_main_option("path_separator", "os")
+        self.config.set_main_option(
+            "version_locations", ":".join(str(p) for p in self.branch_dirs.values())
+        )
+        self.config.set_main_option("version_table", VERSION_TABLE)
+        self.script = ScriptDirectory.from_config(self.config)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- queries -----------------------------------------------------------------------------------
+
+    def branch_of(self, rev: Script) -> str | None:
+        """The branch (plugin name) a revision belongs to: the directory its file is in."""
+        parent = Path(rev.path).resolve().parent
+        for name, path in self.branch_dirs.items():
+            if path.resolve() == parent:
+                return name
+        return None
+
+    def _revisions_in(self, branch: str) -> list[Script]:
+        return [r for r in self.script.walk_revisions() if self.branch_of(r) == branch]
+
+    def head_of(self, branch: str) -> str | None:
+        heads = [r for r in self._revisions_in(branch) if not r.nextrev]
+        if len(heads) > 1:
+            raise MigrationError(
+                f"migration branch {branch!r} has several heads ({', '.join(r.revision for r in heads)}); "
+                "merge them with `alembic merge` in the plugin's migrations directory"
+            )
+        return heads[0].revision if heads else None
+
+    def _currents(self, heads: tuple[str, ...]) -> dict[str, str]:
+        """Each branch's current revision implied by the version table's ``heads`` (with dependencies)."""
+        seen: dict[str, Script] = {}
+        stack = list(heads)
+        while stack:
+            rid = stack.pop()
+            for rev in self.script.revision_map.get_revisions(rid):
+                if rev is None or rev.revision in seen:
+                    continue
+                seen[rev.revision] = rev
+                stack.extend(rev._all_down_revisions)
+        out: dict[str, str] = {}
+        by_branch: dict[str, list[Script]] = {}
+        for rev in seen.values():
+            branch = self.branch_of(rev)
+            if branch is not None:
+                by_branch.setdefault(branch, []).append(rev)
+        for branch, revs in by_branch.items():
+            ids = {r.revision for r in revs}
+            below = {d for r in revs for d in r._all_down_revisions if d in ids}
+            tops = [r.revision for r in revs if r.revision not in below]
+            out[branch] = tops[0]
+        return out
+
+    @contextmanager
+    def _locked(self) -> Iterator[sa.Connection]:
+        with self.engine.begin() as conn:
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+            yield conn
+
+    @staticmethod
+    def _db_heads(conn: sa.Connection) -> tuple[str, ...]:
+        return tuple(MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_heads())
+
+    @staticmethod
+    def _recorded(conn: sa.Connection) -> dict[str, str]:
+        if not sa.inspect(conn).has_table(migration_branches.name):
+            return {}
+        rows = conn.execute(sa.select(migration_branches.c.branch, migration_branches.c.revision))
+        return {b: r for b, r in rows}
+
+    def _unknown(self, conn: sa.Connection) -> dict[str, str]:
+        """Revisions in the version table whose script is missing, mapped to the plugin recorded for them."""
+        recorded_by_rev = {rev: branch for branch, rev in self._recorded(conn).items()}
+        out = {}
+        for rid in self._db_heads(conn):
+            try:
+                found = self.script.revision_map.get_revisions(rid)
+            except Exception:
+                found = ()
+            if not found or found[0] is None:
+                out[rid] = recorded_by_rev.get(rid, "")
+        return out
+
+    def _check_installed(self, conn: sa.Connection) -> None:
+        unknown = self._unknown(conn)
+        if not unknown:
+            return
+        parts = []
+        for rid, plugin in sorted(unknown.items()):
+            if plugin:
+                parts.append(
+                    f"revision {rid!r} belongs to plugin {plugin!r}, which is not installed (or is blocked). "
+                    f"Reinstall it, or detach its migrations with `factstream migrate detach {plugin}` "
+                    "(its tables are kept)"
+                )
+            else:
+                parts.append(f"revision {rid!r} is not known to any installed plugin")
+        raise MigrationError("the database has migrations from missing plugins: " + "; ".join(parts) + ".")
+
+    def _sync_record(self, conn: sa.Connection) -> None:
+        """Rewrite ``factstream_migration_branches`` from the version table (all scripts known)."""
+        if not sa.inspect(conn).has_table(migration_branches.name):
+            return
+        currents = self._currents(self._db_heads(conn))
+        conn.execute(sa.delete(migration_branches))
+        if currents:
+            conn.execute(
+                sa.insert(migration_branches), [{"branch": b, "revision": r} for b, r in sorted(currents.items())]
+            )
+
+    def status(self) -> list[BranchStatus]:
+        """Every branch: installed ones with their head, plus recorded branches whose plugin is gone."""
+        with self.engine.connect() as conn:
+            heads = self._db_heads(conn)
+            unknown = self._unknown(conn)
+            recorded = self._recorded(conn)
+            currents = self._currents(tuple(h for h in heads if h not in unknown))
+        out = [BranchStatus(b, currents.get(b), self.head_of(b)) for b in self._ordered_branches()]
+        for rid, plugin in sorted(unknown.items()):
+            name = plugin or f"(unknown: {rid})"
+            out.append(BranchStatus(name, recorded.get(plugin, rid), None, installed=False))
+        return out
+
+    def _ordered_branches(self) -> list[str]:
+        return [CORE_PLUGIN] + sorted(b for b in self.branch_dirs if b != CORE_PLUGIN)
+
+    def _require_branch(self, plugin: str) -> None:
+        if plugin not in self.branch_dirs:
+            loaded = plugin in self.plugins.plugins
+            why = (
+                "registers no migrations (add a register_migrations hook)"
+                if loaded
+                else "is not a loaded plugin"
+            )
+            raise MigrationError(
+                f"plugin {plugin!r} {why}; branches: {', '.join(self._ordered_branches())}"
+            )
+
+    # -- commands ----------------------------------------------------------------------------------
+
+    def _run(self, fn: str, target: str) -> None:
+        with self._locked() as conn:
+            self._check_installed(conn)
+            self.config.attributes["connection"] = conn
+            try:
+                getattr(command, fn)(self.config, target)
+            except CommandError as exc:
+                raise MigrationError(f"alembic could not {fn} to {target!r}: {exc}") from exc
+            finally:
+                self.config.attributes.pop("connection", None)
+            self._sync_record(conn)
+
+    def upgrade(self, plugin: str | None = None) -> None:
+        """Upgrade every branch to its head, or only ``plugin``'s (and what it depends on)."""
+        if plugin is None:
+            self._run("upgrade", "heads")
+            return
+        self._require_branch(plugin)
+        if self.head_of(plugin) is None:
+            log.info("plugin %s has no revisions yet", plugin)
+            return
+        self._run("upgrade", f"{plugin}@head")
+
+    def downgrade_to_base(self, plugin: str) -> None:
+        """Downgrade ``plugin``'s branch (and anything depending on it) to before its first revision."""
+        self._require_branch(plugin)
+        if self.head_of(plugin) is None:
+            return
+        self._run("downgrade", f"{plugin}@base")
+
+    def new_revision(self, plugin: str, message: str) -> Path:
+        """Write a new empty revision at the head of ``plugin``'s branch (starting it if needed)."""
+        self._require_branch(plugin)
+        directory = self.branch_dirs[plugin]
+        head = self.head_of(plugin)
+        try:
+            if head is None:
+                if plugin == CORE_PLUGIN:
+                    raise MigrationError("the core branch has no revisions; factstream is incomplete")
+                script = command.revision(
+                    self.config,
+                    message=message,
+                    head="base",
+                    branch_label=plugin,
+                    version_path=str(directory),
+                    depends_on=self.head_of(CORE_PLUGIN),
+                )
+            else:
+                script = command.revision(self.config, message=message, head=f"{plugin}@head", version_path=str(directory))
+        except CommandError as exc:
+            raise MigrationError(f"cannot create a revision for {plugin!r}: {exc}") from exc
+        assert isinstance(script, Script)
+        self.script = ScriptDirectory.from_config(self.config)
+        return Path(script.path)
+
+    def detach(self, plugin: str) -> str:
+        """Forget an uninstalled plugin's migrations (its tables stay); returns the revision removed."""
+        if plugin in self.branch_dirs:
+            raise MigrationError(
+                f"plugin {plugin!r} is installed; use `factstream migrate down --plugin {plugin}` instead"
+            )
+        with self._locked() as conn:
+            recorded = self._recorded(conn)
+            rid = recorded.get(plugin)
+            heads = self._db_heads(conn)
+            if rid is None or rid not in heads:
+                raise MigrationError(f"the database records no migrations of plugin {plugin!r}")
+            version = sa.table(VERSION_TABLE, sa.column("version_num"))
+            conn.execute(sa.delete(version).where(version.c.version_num == rid))
+            conn.execute(sa.delete(migration_branches).where(migration_branches.c.branch == plugin))
+            # Branches that alembic had folded into the detached head must be written back.
+            remaining = tuple(h for h in heads if h != rid)
+            covered = self._currents(tuple(h for h in remaining if h not in self._unknown(conn)))
+            for branch, rev in recorded.items():
+                if branch != plugin and branch in self.branch_dirs and covered.get(branch) != rev:
+                    conn.execute(sa.insert(version).values(version_num=rev))
+            return rid
