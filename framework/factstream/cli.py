@@ -49,8 +49,9 @@ class State:
         if self.plugin_error is not None:
             raise self.plugin_error
         if self._plugins is None:
-            self._plugins = load_plugins()
-            self._plugins.registry  # noqa: B018 - validate registrations now
+            plugins = load_plugins()
+            plugins.registry.finish_commands(BUILTIN_COMMANDS)
+            self._plugins = plugins
         return self._plugins
 
 
@@ -250,11 +251,6 @@ def _add_plugin_commands() -> None:
         return
     for reg in commands:
         spec = reg.spec
-        if spec.name in BUILTIN_COMMANDS:
-            state.plugin_error = PluginError(
-                f"plugin {reg.plugin!r} registers command {spec.name!r}, which is built in"
-            )
-            continue
         if isinstance(spec.app, typer.Typer):
             app.add_typer(spec.app, name=spec.name, help=spec.help or None)
         else:

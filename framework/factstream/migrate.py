@@ -185,6 +185,10 @@ class Migrator:
             unknown = self._unknown(conn)
             recorded = self._recorded(conn)
             currents = self._currents(tuple(h for h in heads if h not in unknown))
+        # A branch folded into a missing plugin's head is only known from the record.
+        for branch, rev in recorded.items():
+            if branch in self.branch_dirs and branch not in currents:
+                currents[branch] = rev
         out = [BranchStatus(b, currents.get(b), self.head_of(b)) for b in self._ordered_branches()]
         for rid, plugin in sorted(unknown.items()):
             name = plugin or f"(unknown: {rid})"

@@ -243,9 +243,10 @@ def discover(selection: PluginSelection) -> list[tuple[PluginInfo, Callable[[], 
                 f"distribution {_dist_name(ep)!r} declares a plugin named {CORE_PLUGIN!r}, which is reserved for the core"
             )
         if ep.name in seen and seen[ep.name].value != ep.value:
+            a, b = sorted((seen[ep.name], ep), key=lambda e: (_dist_name(e) or "", e.value))
             raise PluginError(
-                f"two installed plugins are named {ep.name!r}: {seen[ep.name].value} "
-                f"(distribution {_dist_name(seen[ep.name])!r}) and {ep.value} (distribution {_dist_name(ep)!r})"
+                f"two installed plugins are named {ep.name!r}: {a.value} (distribution {_dist_name(a)!r}) "
+                f"and {b.value} (distribution {_dist_name(b)!r}); uninstall one of them"
             )
         seen[ep.name] = ep
     if selection.only is not None:

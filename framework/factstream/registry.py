@@ -108,7 +108,7 @@ class Registry:
         else:
             raise PluginError(f"plugin {plugin!r} registered {spec!r}, which is not a factstream spec")
 
-    def finish(self, reserved_commands: frozenset[str] = frozenset()) -> None:
+    def finish(self) -> None:
         """Check references across plugins; after this nothing more can be registered."""
         problems: list[str] = []
         sequences: dict[str, str] = {}
@@ -140,9 +140,14 @@ class Registry:
                 problems.append(
                     f"plugin {job.plugin!r}: export job {job.spec.name!r} reads unknown stream {job.spec.stream!r}"
                 )
-        for cmd in self.commands:
-            if cmd.spec.name in reserved_commands:
-                problems.append(f"plugin {cmd.plugin!r} registers command {cmd.spec.name!r}, which is built in")
         if problems:
             raise PluginError("invalid plugin registrations:\n  - " + "\n  - ".join(problems))
         self._finished = True
+
+    def finish_commands(self, builtin: frozenset[str]) -> None:
+        """Reject plugin CLI commands whose names clash with the built-in ones."""
+        clashes = [c for c in self.commands if c.spec.name in builtin]
+        if clashes:
+            raise PluginError(
+                "; ".join(f"plugin {c.plugin!r} registers command {c.spec.name!r}, which is built in" for c in clashes)
+            )

@@ -1,0 +1,29 @@
+"""factstream: append-only streams of facts in PostgreSQL, replicated between processes.
+
+This module is the public API: what plugins may import. Everything else in the package is private to
+the core and may change between releases.
+"""
+
+from factstream.db.metadata import metadata
+from factstream.errors import ConfigError, DatabaseError, FactstreamError, MigrationError, PluginError
+from factstream.plugins import hookimpl
+from factstream.specs import CacheSpec, CommandSpec, ExportJobSpec, InvalidationSpec, MigrationSpec, RouteSpec
+from factstream.streams import StreamSpec, StreamTable
+
+__all__ = [
+    "CacheSpec",
+    "CommandSpec",
+    "ConfigError",
+    "DatabaseError",
+    "ExportJobSpec",
+    "FactstreamError",
+    "InvalidationSpec",
+    "MigrationError",
+    "MigrationSpec",
+    "PluginError",
+    "RouteSpec",
+    "StreamSpec",
+    "StreamTable",
+    "hookimpl",
+    "metadata",
+]

@@ -1,0 +1,232 @@
+"""Pytest fixtures for factstream and for plugin authors (loaded automatically: entry point ``pytest11``).
+
+Database fixtures use a real PostgreSQL: ``$FACTSTREAM_TEST_DATABASE_URL`` when set (any database on
+the server; each test gets a fresh database created next to it), otherwise an embedded server started
+once per test session under a temporary directory.
+
+``plugin_installer`` installs a plugin distribution for the duration of one test *through its entry
+point*: it writes the package and a ``.dist-info`` (with ``entry_points.txt``) into a temporary
+directory on ``sys.path``, exactly as pip would, so discovery, blocking and versions behave as for a
+real install. Use ``plugin_installer.env()`` to make a subprocess see the same plugins.
+
+Fixtures:
+
+``factstream_server_url``  session: URL of the server tests create databases on.
+``fresh_database``         a new empty database (URL); dropped after the test.
+``migrated_database``      a fresh database with every loaded plugin's migrations applied (URL).
+``plugin_installer``       installs plugins from a project directory or from source text.
+``plugin_host``            a :class:`~factstream.plugins.PluginHost` for the installed plugins.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+import textwrap
+import tomllib
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import invalidate_caches
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from factstream.db.embedded import start_embedded
+from factstream.db.engine import libpq_url
+from factstream.plugins import PluginHost, load_plugins
+
+TEST_DATABASE_ENV = "FACTSTREAM_TEST_DATABASE_URL"
+TEST_REDIS_ENV = "FACTSTREAM_TEST_REDIS_URL"
+
+
+# -- databases ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def factstream_server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A PostgreSQL server URL: ``$FACTSTREAM_TEST_DATABASE_URL`` or an embedded server for the session."""
+    url = os.environ.get(TEST_DATABASE_ENV)
+    if url:
+        try:
+            with psycopg.connect(libpq_url(url), connect_timeout=5) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.OperationalError as exc:
+            pytest.exit(f"{TEST_DATABASE_ENV}={url} is not reachable: {exc}", returncode=3)
+        return url
+    return start_embedded(tmp_path_factory.mktemp("factstream-state"))
+
+
+def create_database(server_url: str, prefix: str = "fs_test") -> str:
+    """Create a new empty database on the server; return its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(libpq_url(server_url), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return make_url(server_url).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_database(url: str) -> None:
+    """Drop the database ``url`` names, disconnecting anyone still using it."""
+    parsed = make_url(url)
+    admin = parsed.set(database="postgres").render_as_string(hide_password=False)
+    with psycopg.connect(libpq_url(admin), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{parsed.database}" WITH (FORCE)')
+
+
+@pytest.fixture
+def fresh_database(factstream_server_url: str) -> Iterator[str]:
+    """URL of a new, empty database, dropped after the test."""
+    url = create_database(factstream_server_url)
+    try:
+        yield url
+    finally:
+        drop_database(url)
+
+
+@pytest.fixture
+def migrated_database(fresh_database: str, plugin_host: PluginHost) -> str:
+    """URL of a fresh database with every loaded plugin's migration branch at its head."""
+    from factstream.migrate import Migrator
+
+    migrator = Migrator(fresh_database, plugin_host)
+    try:
+        migrator.upgrade()
+    finally:
+        migrator.close()
+    return fresh_database
+
+
+# -- plugins -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InstalledPlugin:
+    """A plugin installed by :class:`PluginInstaller`: its entry-point name and where its files are."""
+
+    name: str
+    distribution: str
+    module: str
+    package_dir: Path
+
+
+class PluginInstaller:
+    """Installs plugin distributions into a temporary ``sys.path`` entry for one test."""
+
+    def __init__(self, root: Path) -> None:
+        self.site = root / "site-packages"
+        self.site.mkdir(parents=True)
+        self.installed: list[InstalledPlugin] = []
+        sys.path.insert(0, str(self.site))
+        invalidate_caches()
+
+    def from_project(self, project_dir: Path | str) -> InstalledPlugin:
+        """Install a plugin project (a directory with ``pyproject.toml`` and its package) by copying it.
+
+        Every ``factstream`` entry point of the project is installed; the first is returned.
+        """
+        project = Path(project_dir)
+        meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+        eps: dict[str, str] = meta.get("entry-points", {}).get("factstream", {})
+        if not eps:
+            raise ValueError(f"{project}/pyproject.toml declares no 'factstream' entry point")
+        packages = {value.split(":")[0].split(".")[0] for value in eps.values()}
+        for pkg in packages:
+            source = next((p for p in (project / pkg, project / "src" / pkg) if p.is_dir()), None)
+            if source is None:
+                raise ValueError(f"package {pkg!r} not found in {project}")
+            shutil.copytree(source, self.site / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+        self._write_dist_info(meta["name"], meta.get("version", "0.0.0"), eps)
+        first_name, first_value = next(iter(eps.items()))
+        module = first_value.split(":")[0]
+        plugin = InstalledPlugin(first_name, meta["name"], module, self.site / module.split(".")[0])
+        self.installed.append(plugin)
+        return plugin
+
+    def from_source(
+        self,
+        name: str,
+        source: str,
+        *,
+        version: str = "1.0.0",
+        module: str | None = None,
+        files: dict[str, str] | None = None,
+        distribution: str | None = None,
+    ) -> InstalledPlugin:
+        """Install a one-module plugin whose ``__init__.py`` is ``source``.
+
+        ``files`` adds further files inside the package (``{"migrations/__init__.py": ""}``).
+        """
+        module = module or f"factstream_{name}"
+        package = self.site / module
+        package.mkdir()
+        (package / "__init__.py").write_text(textwrap.dedent(source))
+        for rel, text in (files or {}).items():
+            target = package / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(textwrap.dedent(text))
+        dist = distribution or f"factstream-{name.replace('_', '-')}"
+        self._write_dist_info(dist, version, {name: module})
+        plugin = InstalledPlugin(name, dist, module, package)
+        self.installed.append(plugin)
+        return plugin
+
+    def uninstall(self, plugin: InstalledPlugin) -> None:
+        """Remove a plugin's package and metadata, as ``pip uninstall`` would."""
+        shutil.rmtree(plugin.package_dir, ignore_errors=True)
+        for info in self.site.glob(f"{_normalise(plugin.distribution)}-*.dist-info"):
+            shutil.rmtree(info)
+        self._forget_modules(plugin.module.split(".")[0])
+        self.installed.remove(plugin)
+        invalidate_caches()
+
+    def env(self) -> dict[str, str]:
+        """Environment for a subprocess that should see the installed plugins."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.site), env.get("PYTHONPATH", "")) if p)
+        return env
+
+    def _write_dist_info(self, dist: str, version: str, eps: dict[str, str]) -> None:
+        info = self.site / f"{_normalise(dist)}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        lines = ["[factstream]"] + [f"{k} = {v}" for k, v in eps.items()]
+        (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+        invalidate_caches()
+
+    @staticmethod
+    def _forget_modules(top: str) -> None:
+        for mod in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+            del sys.modules[mod]
+
+    def cleanup(self) -> None:
+        for plugin in list(self.installed):
+            self._forget_modules(plugin.module.split(".")[0])
+        if str(self.site) in sys.path:
+            sys.path.remove(str(self.site))
+        invalidate_caches()
+
+
+def _normalise(dist: str) -> str:
+    return re.sub(r"[-_.]+", "_", dist).lower()
+
+
+@pytest.fixture
+def plugin_installer() -> Iterator[PluginInstaller]:
+    """Install plugins (through real entry points) for this test only."""
+    with tempfile.TemporaryDirectory(prefix="factstream-plugins-") as root:
+        installer = PluginInstaller(Path(root))
+        try:
+            yield installer
+        finally:
+            installer.cleanup()
+
+
+@pytest.fixture
+def plugin_host(plugin_installer: PluginInstaller) -> PluginHost:
+    """The plugin host for the core plus whatever the test installed before requesting it."""
+    return load_plugins()

@@ -1,0 +1,106 @@
+"""The database layer: async engine, unreachable servers, and the embedded PostgreSQL default."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import text
+
+from factstream.db.embedded import start_embedded
+from factstream.db.engine import check_database, create_engine, libpq_url
+from factstream.errors import DatabaseError
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_async_engine_runs_queries(fresh_database):
+    engine = create_engine(fresh_database)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE TABLE t (x int)"))
+            await conn.execute(text("INSERT INTO t VALUES (1), (2)"))
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT sum(x) FROM t"))).scalar() == 3
+    finally:
+        await engine.dispose()
+
+
+def test_unreachable_database_is_one_clear_error():
+    url = f"postgresql://postgres@127.0.0.1:{closed_port()}/facts"
+
+    with pytest.raises(DatabaseError) as info:
+        check_database(url, timeout=1)
+
+    message = str(info.value)
+    assert f"cannot connect to the database at postgresql://postgres@127.0.0.1:{url.split(':')[2].split('/')[0]}/facts" in message
+    assert "\n" not in message
+
+
+def test_unreachable_database_in_the_cli_exits_2_without_traceback(run_cli):
+    env = dict(os.environ, FACTSTREAM_DATABASE__URL=f"postgresql://postgres@127.0.0.1:{closed_port()}/facts",
+               FACTSTREAM_DATABASE__CONNECT_TIMEOUT="1")
+
+    result = run_cli("migrate", env=env)
+
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: cannot connect to the database at")
+
+
+def test_password_is_not_shown_in_connection_errors():
+    with pytest.raises(DatabaseError) as info:
+        check_database(f"postgresql://app:s3cret@127.0.0.1:{closed_port()}/facts", timeout=1)
+
+    assert "s3cret" not in str(info.value)
+
+
+@pytest.mark.slow
+def test_embedded_server_keeps_data_across_runs_and_stops_when_the_process_exits(tmp_path):
+    state = tmp_path / "state"
+    script = (
+        "import sys, psycopg\n"
+        "from factstream.db.embedded import start_embedded\n"
+        "url = start_embedded(__import__('pathlib').Path(sys.argv[1]))\n"
+        "with psycopg.connect(url, autocommit=True) as c:\n"
+        "    c.execute('CREATE TABLE IF NOT EXISTS runs (n int)')\n"
+        "    c.execute('INSERT INTO runs VALUES (1)')\n"
+        "    print(c.execute('SELECT count(*) FROM runs').fetchone()[0])\n"
+    )
+    counts = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", script, str(state)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        counts.append(int(done.stdout.strip()))
+        # Stopped cleanly: the postmaster removed its pid file on shutdown.
+        assert not (state / "postgres" / "postmaster.pid").exists()
+
+    assert counts == [1, 2]
+
+
+def test_embedded_server_is_shared_within_a_process(tmp_path):
+    first = start_embedded(tmp_path)
+    second = start_embedded(tmp_path)
+
+    assert first == second
+    with psycopg.connect(libpq_url(first)) as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == ("factstream",)
+
+
+def test_embedded_server_failure_is_reported_with_the_log(tmp_path):
+    state = tmp_path / "state"
+    (state / "postgres").mkdir(parents=True)
+    (state / "postgres" / "PG_VERSION").write_text("not a data directory")
+
+    with pytest.raises(DatabaseError, match=r"the embedded PostgreSQL could not start under .*Its log is"):
+        start_embedded(state)
+

@@ -1,0 +1,263 @@
+"""Per-plugin migration branches: upgrade, downgrade, status, new revisions, uninstalled plugins."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from factstream.db.engine import libpq_url
+from factstream.errors import MigrationError
+from factstream.migrate import CORE_BASE_REVISION, Migrator
+from factstream.plugins import load_plugins
+from factstream.testing import PluginInstaller
+
+
+def tables(url: str) -> set[str]:
+    with psycopg.connect(libpq_url(url)) as conn:
+        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+    return {r[0] for r in rows}
+
+
+def status(migrator: Migrator) -> dict[str, tuple[str | None, str | None, bool]]:
+    return {s.branch: (s.current, s.head, s.installed) for s in migrator.status()}
+
+
+@pytest.fixture
+def notes(plugin_installer: PluginInstaller, notes_project):
+    return plugin_installer.from_project(notes_project)
+
+
+@pytest.fixture
+def migrator(notes, fresh_database):
+    m = Migrator(fresh_database, load_plugins())
+    yield m
+    m.close()
+
+
+def test_core_revision_creates_positions_and_instance_map(fresh_database, plugin_host):
+    Migrator(fresh_database, plugin_host).upgrade()
+
+    with psycopg.connect(libpq_url(fresh_database)) as conn:
+        conn.execute("INSERT INTO stream_positions VALUES ('events', 'main', 5)")
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute("INSERT INTO stream_positions VALUES ('events', 'main', 6)")
+        conn.rollback()
+        conn.execute("INSERT INTO instance_map (instance_name) VALUES ('main'), ('worker1')")
+        ids = conn.execute("SELECT instance_id, instance_name FROM instance_map ORDER BY instance_id").fetchall()
+    assert [name for _, name in ids] == ["main", "worker1"]
+    assert ids[0][0] < ids[1][0]
+
+
+def test_upgrade_applies_every_branch(migrator, fresh_database):
+    migrator.upgrade()
+
+    assert {"stream_positions", "instance_map", "notes"} <= tables(fresh_database)
+    assert status(migrator) == {
+        "factstream": (CORE_BASE_REVISION, CORE_BASE_REVISION, True),
+        "notes": ("notes_0001", "notes_0001", True),
+    }
+
+
+def test_new_stream_sequence_hands_out_2_first(migrator, fresh_database):
+    migrator.upgrade()
+
+    with psycopg.connect(libpq_url(fresh_database)) as conn:
+        assert conn.execute("SELECT nextval('notes_seq')").fetchone() == (2,)
+
+
+def test_plugin_branch_downgrades_and_upgrades_without_touching_the_core(migrator, fresh_database):
+    migrator.upgrade()
+    with psycopg.connect(libpq_url(fresh_database), autocommit=True) as conn:
+        conn.execute("INSERT INTO stream_positions VALUES ('notes', 'main', 7)")
+
+    migrator.downgrade_to_base("notes")
+    assert "notes" not in tables(fresh_database)
+    assert status(migrator)["notes"] == (None, "notes_0001", True)
+    assert status(migrator)["factstream"] == (CORE_BASE_REVISION, CORE_BASE_REVISION, True)
+
+    migrator.upgrade("notes")
+    assert "notes" in tables(fresh_database)
+    with psycopg.connect(libpq_url(fresh_database)) as conn:
+        assert conn.execute("SELECT stream_id FROM stream_positions").fetchall() == [(7,)]
+
+
+def test_upgrading_one_plugin_brings_the_core_but_not_other_plugins(plugin_installer, notes, fresh_database):
+    plugin_installer.from_source(
+        "memos",
+        """
+        import factstream
+        from factstream import MigrationSpec
+
+        @factstream.hookimpl
+        def register_migrations(register):
+            register(MigrationSpec.from_package("factstream_memos.migrations"))
+        """,
+        files={
+            "migrations/__init__.py": "",
+            "migrations/memos_0001.py": """
+                from alembic import op
+                import sqlalchemy as sa
+                revision = "memos_0001"
+                down_revision = None
+                branch_labels = ("memos",)
+                depends_on = "fs_core_0001"
+
+                def upgrade():
+                    op.create_table("memos", sa.Column("id", sa.BigInteger))
+
+                def downgrade():
+                    op.drop_table("memos")
+            """,
+        },
+    )
+    migrator = Migrator(fresh_database, load_plugins())
+
+    migrator.upgrade("memos")
+
+    assert {"memos", "stream_positions"} <= tables(fresh_database)
+    assert "notes" not in tables(fresh_database)
+    assert status(migrator)["notes"][0] is None
+
+
+def test_new_revision_extends_the_plugin_branch(migrator, notes, fresh_database):
+    path = migrator.new_revision("notes", "add a title column")
+
+    assert path.parent == notes.package_dir / "migrations"
+    source = path.read_text()
+    assert "down_revision: str | Sequence[str] | None = 'notes_0001'" in source
+    path.write_text(
+        source.replace(
+            "def upgrade() -> None:\n    pass",
+            "def upgrade() -> None:\n    op.add_column('notes', sa.Column('title', sa.Text))",
+        ).replace("def downgrade() -> None:\n    pass", "def downgrade() -> None:\n    op.drop_column('notes', 'title')")
+    )
+    migrator = Migrator(fresh_database, load_plugins())
+    migrator.upgrade()
+
+    new_id = re.search(r"revision: str = '(\w+)'", source).group(1)
+    assert status(migrator)["notes"] == (new_id, new_id, True)
+    with psycopg.connect(libpq_url(fresh_database)) as conn:
+        conn.execute("SELECT title FROM notes")
+
+
+def test_first_revision_of_a_new_plugin_starts_its_branch_on_the_core(plugin_installer, fresh_database):
+    plugin = plugin_installer.from_source(
+        "fresh",
+        """
+        import factstream
+        from factstream import MigrationSpec
+
+        @factstream.hookimpl
+        def register_migrations(register):
+            register(MigrationSpec.from_package("factstream_fresh.migrations"))
+        """,
+        files={"migrations/__init__.py": ""},
+    )
+    migrator = Migrator(fresh_database, load_plugins())
+
+    path = migrator.new_revision("fresh", "create fresh tables")
+
+    source = path.read_text()
+    assert "branch_labels: str | Sequence[str] | None = ('fresh',)" in source
+    assert f"depends_on: str | Sequence[str] | None = '{CORE_BASE_REVISION}'" in source
+    assert path.parent == plugin.package_dir / "migrations"
+    Migrator(fresh_database, load_plugins()).upgrade()
+
+
+def test_unknown_branch_is_a_clear_error(migrator):
+    with pytest.raises(MigrationError, match=r"plugin 'nope' is not a loaded plugin; branches: factstream, notes"):
+        migrator.upgrade("nope")
+
+
+def test_uninstalled_plugin_is_reported_by_name_with_the_detach_command(plugin_installer, notes, migrator, fresh_database):
+    migrator.upgrade()
+    plugin_installer.uninstall(notes)
+    after = Migrator(fresh_database, load_plugins())
+
+    with pytest.raises(MigrationError) as info:
+        after.upgrade()
+
+    assert "revision 'notes_0001' belongs to plugin 'notes', which is not installed" in str(info.value)
+    assert "factstream migrate detach notes" in str(info.value)
+    assert status(after) == {
+        "factstream": (CORE_BASE_REVISION, CORE_BASE_REVISION, True),
+        "notes": ("notes_0001", None, False),
+    }
+
+
+def test_detach_forgets_the_plugin_keeps_its_tables_and_the_core_revision(plugin_installer, notes, migrator, fresh_database):
+    migrator.upgrade()
+    plugin_installer.uninstall(notes)
+    after = Migrator(fresh_database, load_plugins())
+
+    assert after.detach("notes") == "notes_0001"
+    after.upgrade()
+
+    assert status(after) == {"factstream": (CORE_BASE_REVISION, CORE_BASE_REVISION, True)}
+    assert "notes" in tables(fresh_database)
+
+
+def test_cli_migrate_status_down_and_new(plugin_installer, notes, fresh_database, run_cli):
+    env = dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database)
+
+    up = run_cli("migrate", env=env)
+    assert up.returncode == 0, up.stderr
+    assert re.search(r"notes\s+│\s+notes_0001\s+│\s+notes_0001\s+│\s+up to date", up.stdout)
+
+    down = run_cli("migrate", "down", "--plugin", "notes", env=env)
+    assert down.returncode == 0, down.stderr
+    assert re.search(r"notes\s+│\s+-\s+│\s+notes_0001\s+│\s+needs upgrade", down.stdout)
+    assert re.search(r"factstream\s+│\s+fs_core_0001\s+│\s+fs_core_0001\s+│\s+up to date", down.stdout)
+
+    new = run_cli("migrate", "new", "--plugin", "notes", "-m", "add index", env=env)
+    assert new.returncode == 0, new.stderr
+    created = Path(re.search(r"created (\S+\.py)", new.stdout.replace("\n", "")).group(1))
+    assert created.parent == notes.package_dir / "migrations"
+
+    status_run = run_cli("migrate", "status", env=env)
+    assert re.search(r"notes\s+│\s+-\s+│\s+\w+\s+│\s+needs upgrade", status_run.stdout)
+
+
+def test_cli_reports_an_uninstalled_plugin_and_detaches_it(plugin_installer, notes, migrator, fresh_database, run_cli):
+    migrator.upgrade()
+    plugin_installer.uninstall(notes)
+    env = dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database)
+
+    failed = run_cli("migrate", env=env)
+    assert failed.returncode == 2
+    assert "Traceback" not in failed.stderr
+    assert "belongs to plugin 'notes', which is not installed" in " ".join(failed.stderr.split())
+
+    detached = run_cli("migrate", "detach", "notes", env=env)
+    assert detached.returncode == 0, detached.stderr
+    assert run_cli("migrate", env=env).returncode == 0
+
+
+def test_blocking_a_migrated_plugin_reports_it_like_an_uninstalled_one(notes, migrator, fresh_database, run_cli, plugin_installer):
+    migrator.upgrade()
+    env = dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database, FACTSTREAM_BLOCK_PLUGINS="notes")
+
+    result = run_cli("migrate", "status", env=env)
+
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"notes\s+│\s+notes_0001\s+│\s+-\s+│\s+plugin not installed", result.stdout)
+
+
+def test_concurrent_migrations_from_two_processes_both_succeed(notes, fresh_database, run_cli, plugin_installer):
+    import subprocess
+    import sys
+
+    env = dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database, NO_COLOR="1")
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "factstream", "migrate"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=os.getcwd())
+        for _ in range(2)
+    ]
+    results = [p.communicate(timeout=120) for p in procs]
+
+    assert [p.returncode for p in procs] == [0, 0], results
+    assert "notes" in tables(fresh_database)

@@ -1,0 +1,257 @@
+"""The plugin manager: discovery through entry points, selection, validation, errors naming plugins."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from factstream.errors import PluginError
+from factstream.plugins import load_plugins
+from factstream.testing import PluginInstaller
+
+NOTES_DUPLICATE = """
+    import msgspec
+    import factstream
+    from factstream import StreamSpec, StreamTable
+
+    class Row(msgspec.Struct):
+        text: str
+
+    @factstream.hookimpl
+    def register_streams(register):
+        register(StreamSpec(name="notes", row_type=Row, tables=(StreamTable("other_notes", "instance", "id"),)))
+"""
+
+
+def test_installed_plugin_is_discovered_through_its_entry_point(plugin_installer: PluginInstaller, notes_project):
+    plugin_installer.from_project(notes_project)
+
+    host = load_plugins()
+
+    info = host.plugins["notes"]
+    assert (info.distribution, info.version, info.module) == ("factstream-testnotes", "0.3.1", "factstream_notes")
+    assert host.registry.streams.owner("notes") == "notes"
+    assert host.registry.streams.get("notes").sequence == "notes_seq"
+    assert "notes" in host.registry.migrations
+
+
+def test_blocked_plugin_is_not_loaded(plugin_installer: PluginInstaller, notes_project, monkeypatch):
+    plugin_installer.from_project(notes_project)
+    monkeypatch.setenv("FACTSTREAM_BLOCK_PLUGINS", "other, notes")
+
+    host = load_plugins()
+
+    assert "notes" not in host.plugins
+    assert "notes" not in host.registry.streams
+
+
+def test_load_list_loads_only_the_named_plugins(plugin_installer: PluginInstaller, notes_project, monkeypatch):
+    plugin_installer.from_project(notes_project)
+    plugin_installer.from_source("likes", "")
+    monkeypatch.setenv("FACTSTREAM_LOAD_PLUGINS", "likes")
+
+    host = load_plugins()
+
+    assert set(host.plugins) == {"factstream", "likes"}
+
+
+def test_load_list_naming_an_uninstalled_plugin_is_an_error(plugin_installer: PluginInstaller, monkeypatch):
+    plugin_installer.from_source("likes", "")
+    monkeypatch.setenv("FACTSTREAM_LOAD_PLUGINS", "likes,nope")
+
+    with pytest.raises(PluginError, match=r"FACTSTREAM_LOAD_PLUGINS names 'nope', which is not installed"):
+        load_plugins()
+
+
+def test_duplicate_stream_from_two_plugins_names_both(plugin_installer: PluginInstaller, notes_project):
+    plugin_installer.from_project(notes_project)
+    plugin_installer.from_source("copycat", NOTES_DUPLICATE)
+
+    with pytest.raises(PluginError) as info:
+        load_plugins().registry  # noqa: B018
+
+    assert "duplicate stream 'notes'" in str(info.value)
+    assert "'copycat'" in str(info.value) and "'notes'" in str(info.value)
+
+
+def test_misspelt_hook_fails_loudly_with_a_suggestion(plugin_installer: PluginInstaller):
+    plugin_installer.from_source(
+        "typo",
+        """
+        import factstream
+
+        @factstream.hookimpl
+        def register_stream(register):
+            pass
+        """,
+    )
+
+    with pytest.raises(PluginError, match=r"plugin 'typo' implements unknown hook 'register_stream' \(did you mean 'register_streams'\?\)"):
+        load_plugins()
+
+
+def test_hook_with_unknown_argument_is_rejected(plugin_installer: PluginInstaller):
+    plugin_installer.from_source(
+        "badargs",
+        """
+        import factstream
+
+        @factstream.hookimpl
+        def register_streams(register, colour):
+            pass
+        """,
+    )
+
+    with pytest.raises(PluginError, match=r"plugin 'badargs' has an invalid hook implementation"):
+        load_plugins()
+
+
+def test_plugin_that_raises_during_registration_is_named(plugin_installer: PluginInstaller):
+    plugin_installer.from_source(
+        "boom",
+        """
+        import factstream
+
+        @factstream.hookimpl
+        def register_caches(register):
+            raise RuntimeError("database of cache names is missing")
+        """,
+    )
+
+    with pytest.raises(PluginError, match=r"plugin 'boom' failed in hook register_caches: RuntimeError: database"):
+        load_plugins().registry  # noqa: B018
+
+
+def test_invalid_spec_is_rejected_naming_the_plugin(plugin_installer: PluginInstaller):
+    plugin_installer.from_source(
+        "badname",
+        """
+        import factstream
+        from factstream import CacheSpec
+
+        @factstream.hookimpl
+        def register_caches(register):
+            register(CacheSpec(name="Bad Name"))
+        """,
+    )
+
+    with pytest.raises(PluginError, match=r"plugin 'badname' failed in hook register_caches: ValueError: invalid cache name 'Bad Name'"):
+        load_plugins().registry  # noqa: B018
+
+
+def test_plugin_that_cannot_be_imported_is_named(plugin_installer: PluginInstaller):
+    plugin_installer.from_source("broken", "import not_a_module_anywhere\n")
+
+    with pytest.raises(PluginError, match=r"plugin 'broken' \(factstream_broken\) cannot be imported: ModuleNotFoundError"):
+        load_plugins()
+
+
+def test_invalidation_of_unknown_cache_is_rejected_at_startup(plugin_installer: PluginInstaller, notes_project):
+    plugin_installer.from_project(notes_project)
+    plugin_installer.from_source(
+        "stale",
+        """
+        import factstream
+        from factstream import InvalidationSpec
+
+        @factstream.hookimpl
+        def register_invalidations(register):
+            register(InvalidationSpec(stream="notes", cache="notes_by_author", keys=lambda row: [(row.author,)]))
+        """,
+    )
+
+    with pytest.raises(PluginError, match=r"plugin 'stale' declares an invalidation of unknown cache 'notes_by_author'"):
+        load_plugins().registry  # noqa: B018
+
+
+def test_two_streams_claiming_one_sync_key_are_rejected(plugin_installer: PluginInstaller, notes_project):
+    plugin_installer.from_project(notes_project)
+    plugin_installer.from_source(
+        "clash",
+        """
+        import msgspec
+        import factstream
+        from factstream import StreamSpec, StreamTable
+
+        class Row(msgspec.Struct):
+            x: int
+
+        @factstream.hookimpl
+        def register_streams(register):
+            register(StreamSpec(name="memos", row_type=Row, tables=(StreamTable("memos", "i", "s"),), sync_key="notes_key"))
+        """,
+    )
+
+    with pytest.raises(PluginError, match=r"sync key 'notes_key' is claimed by streams 'memos' \(plugin 'clash'\) and 'notes' \(plugin 'notes'\)"):
+        load_plugins().registry  # noqa: B018
+
+
+def test_two_distributions_with_the_same_plugin_name_are_rejected(plugin_installer: PluginInstaller):
+    plugin_installer.from_source("twin", "", module="factstream_twin_a", distribution="twin-a")
+    plugin_installer.from_source("twin", "", module="factstream_twin_b", distribution="twin-b")
+
+    with pytest.raises(PluginError, match=r"two installed plugins are named 'twin'.*'twin-a'.*'twin-b'"):
+        load_plugins()
+
+
+def test_a_plugin_may_not_take_the_core_name(plugin_installer: PluginInstaller):
+    plugin_installer.from_source("factstream", "", module="factstream_impostor", distribution="impostor")
+
+    with pytest.raises(PluginError, match=r"distribution 'impostor' declares a plugin named 'factstream', which is reserved"):
+        load_plugins()
+
+
+def test_tracing_logs_every_hook_call_with_the_plugin(plugin_installer: PluginInstaller, notes_project, monkeypatch, caplog):
+    plugin_installer.from_project(notes_project)
+    monkeypatch.setenv("FACTSTREAM_TRACE_HOOKS", "1")
+
+    with caplog.at_level(logging.INFO, logger="factstream.hooks"):
+        load_plugins().registry  # noqa: B018
+
+    messages = [r.getMessage() for r in caplog.records]
+    assert "call notes.register_streams(register)" in messages
+    assert any(m.startswith("  notes registered StreamSpec(name='notes'") for m in messages)
+
+
+async def test_startup_failure_names_the_plugin_and_shutdown_runs_all(plugin_installer: PluginInstaller):
+    plugin_installer.from_source(
+        "lifecycle",
+        """
+        import factstream
+        calls = []
+
+        @factstream.hookimpl
+        async def startup(host):
+            calls.append(("startup", host))
+            raise ValueError("no port")
+
+        @factstream.hookimpl
+        def shutdown(host):
+            calls.append(("shutdown", host))
+            raise ValueError("already gone")
+        """,
+    )
+    plugin_installer.from_source(
+        "polite",
+        """
+        import factstream
+        calls = []
+
+        @factstream.hookimpl
+        def shutdown(host):
+            calls.append("shutdown")
+        """,
+    )
+    host = load_plugins()
+
+    with pytest.raises(PluginError, match=r"plugin 'lifecycle' failed in hook startup: ValueError: no port"):
+        await host.startup("the-host")
+    errors = await host.shutdown("the-host")
+
+    import factstream_lifecycle
+    import factstream_polite
+
+    assert factstream_lifecycle.calls == [("startup", "the-host"), ("shutdown", "the-host")]
+    assert factstream_polite.calls == ["shutdown"]
+    assert [str(e) for e in errors] == ["plugin 'lifecycle' failed in hook shutdown: ValueError: already gone"]

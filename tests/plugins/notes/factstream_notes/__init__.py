@@ -1,0 +1,31 @@
+"""A trivial stream plugin: users write notes; each note is one fact on the ``notes`` stream."""
+
+from __future__ import annotations
+
+import msgspec
+
+import factstream
+from factstream import MigrationSpec, StreamSpec, StreamTable
+
+
+class NoteRow(msgspec.Struct, frozen=True):
+    """What replication sends for a note: who wrote it."""
+
+    author: str
+
+
+@factstream.hookimpl
+def register_streams(register):
+    register(
+        StreamSpec(
+            name="notes",
+            row_type=NoteRow,
+            tables=(StreamTable("notes", "instance_name", "stream_id"),),
+            sync_key="notes_key",
+        )
+    )
+
+
+@factstream.hookimpl
+def register_migrations(register):
+    register(MigrationSpec.from_package("factstream_notes.migrations"))
