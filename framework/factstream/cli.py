@@ -132,7 +132,9 @@ def _migrator() -> Any:
 
 def _alembic_progress() -> None:
     logging.getLogger("alembic.runtime.migration").setLevel(logging.INFO)
-    logging.getLogger("alembic").addHandler(RichHandler(console=err, show_time=False, show_path=False, show_level=False))
+    logging.getLogger("alembic").addHandler(
+        RichHandler(console=err, show_time=False, show_path=False, show_level=False)
+    )
     logging.getLogger("alembic").propagate = False
 
 

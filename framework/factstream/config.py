@@ -188,9 +188,7 @@ def _describe(exc: ValidationError, source: str, environ: Mapping[str, str]) -> 
     return f"invalid configuration in {source}: " + "; ".join(lines)
 
 
-def load_config(
-    path: Path | str | None = None, environ: Mapping[str, str] | None = None, **overrides: Any
-) -> Settings:
+def load_config(path: Path | str | None = None, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Read the configuration (file + environment + ``overrides``), or raise :class:`ConfigError`."""
     env = os.environ if environ is None else environ
     resolved = resolve_config_path(path, env)

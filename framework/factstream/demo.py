@@ -26,7 +26,9 @@ def run_demo(state: State, out: Console) -> None:
     with out.status("starting the database..."):
         url = database_url(settings)
         check_database(url, settings.database.connect_timeout)
-    where = "embedded PostgreSQL under " + str(settings.state_dir) if not settings.database.url else "configured database"
+    where = (
+        "embedded PostgreSQL under " + str(settings.state_dir) if not settings.database.url else "configured database"
+    )
     out.print(f"[green]database ready[/green] ({where})")
 
     host = state.plugins
@@ -37,7 +39,9 @@ def run_demo(state: State, out: Console) -> None:
         statuses = migrator.status()
     finally:
         migrator.close()
-    out.print(f"[green]migrated[/green] {len(statuses)} branch(es): " + ", ".join(f"{s.branch}@{s.current}" for s in statuses))
+    out.print(
+        f"[green]migrated[/green] {len(statuses)} branch(es): " + ", ".join(f"{s.branch}@{s.current}" for s in statuses)
+    )
 
     plugins = Table(title="plugins")
     for col in ("plugin", "version", "streams"):

@@ -60,15 +60,11 @@ class Migrator:
     def __init__(self, url: str, plugins: PluginHost) -> None:
         self.engine = sa.create_engine(sync_url(url), poolclass=sa.pool.NullPool)
         self.plugins = plugins
-        self.branch_dirs: dict[str, Path] = {
-            reg.plugin: reg.spec.versions_dir for reg in plugins.registry.migrations
-        }
+        self.branch_dirs: dict[str, Path] = {reg.plugin: reg.spec.versions_dir for reg in plugins.registry.migrations}
         self.config = Config()
         self.config.set_main_option("script_location", str(migrations_dir()))
         self.config.set_main_option("path_separator", "os")
-        self.config.set_main_option(
-            "version_locations", ":".join(str(p) for p in self.branch_dirs.values())
-        )
+        self.config.set_main_option("version_locations", ":".join(str(p) for p in self.branch_dirs.values()))
         self.config.set_main_option("version_table", VERSION_TABLE)
         self.script = ScriptDirectory.from_config(self.config)
 
@@ -104,7 +100,7 @@ class Migrator:
         while stack:
             rid = stack.pop()
             for rev in self.script.revision_map.get_revisions(rid):
-                if rev is None or rev.revision in seen:
+                if not isinstance(rev, Script) or rev.revision in seen:
                     continue
                 seen[rev.revision] = rev
                 stack.extend(rev._all_down_revisions)
@@ -196,19 +192,13 @@ class Migrator:
         return out
 
     def _ordered_branches(self) -> list[str]:
-        return [CORE_PLUGIN] + sorted(b for b in self.branch_dirs if b != CORE_PLUGIN)
+        return [CORE_PLUGIN, *sorted(b for b in self.branch_dirs if b != CORE_PLUGIN)]
 
     def _require_branch(self, plugin: str) -> None:
         if plugin not in self.branch_dirs:
             loaded = plugin in self.plugins.plugins
-            why = (
-                "registers no migrations (add a register_migrations hook)"
-                if loaded
-                else "is not a loaded plugin"
-            )
-            raise MigrationError(
-                f"plugin {plugin!r} {why}; branches: {', '.join(self._ordered_branches())}"
-            )
+            why = "registers no migrations (add a register_migrations hook)" if loaded else "is not a loaded plugin"
+            raise MigrationError(f"plugin {plugin!r} {why}; branches: {', '.join(self._ordered_branches())}")
 
     # -- commands ----------------------------------------------------------------------------------
 
@@ -260,7 +250,9 @@ class Migrator:
                     depends_on=self.head_of(CORE_PLUGIN),
                 )
             else:
-                script = command.revision(self.config, message=message, head=f"{plugin}@head", version_path=str(directory))
+                script = command.revision(
+                    self.config, message=message, head=f"{plugin}@head", version_path=str(directory)
+                )
         except CommandError as exc:
             raise MigrationError(f"cannot create a revision for {plugin!r}: {exc}") from exc
         assert isinstance(script, Script)

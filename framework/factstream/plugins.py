@@ -226,7 +226,9 @@ def _check_hook_names(name: str, plugin: object) -> None:
         if callable(value) and hasattr(value, "factstream_impl") and attr not in known:
             close = difflib.get_close_matches(attr, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise PluginError(f"plugin {name!r} implements unknown hook {attr!r}{hint}; known hooks: {', '.join(known)}")
+            raise PluginError(
+                f"plugin {name!r} implements unknown hook {attr!r}{hint}; known hooks: {', '.join(known)}"
+            )
 
 
 def _entry_points() -> list[metadata.EntryPoint]:
@@ -240,7 +242,8 @@ def discover(selection: PluginSelection) -> list[tuple[PluginInfo, Callable[[], 
     for ep in eps:
         if ep.name == CORE_PLUGIN:
             raise PluginError(
-                f"distribution {_dist_name(ep)!r} declares a plugin named {CORE_PLUGIN!r}, which is reserved for the core"
+                f"distribution {_dist_name(ep)!r} declares a plugin named {CORE_PLUGIN!r}, "
+                "which is reserved for the core"
             )
         if ep.name in seen and seen[ep.name].value != ep.value:
             a, b = sorted((seen[ep.name], ep), key=lambda e: (_dist_name(e) or "", e.value))
@@ -279,7 +282,9 @@ def _loader(ep: metadata.EntryPoint) -> Callable[[], object]:
         try:
             return ep.load()
         except Exception as exc:
-            raise PluginError(f"plugin {ep.name!r} ({ep.value}) cannot be imported: {type(exc).__name__}: {exc}") from exc
+            raise PluginError(
+                f"plugin {ep.name!r} ({ep.value}) cannot be imported: {type(exc).__name__}: {exc}"
+            ) from exc
 
     return load
 

@@ -130,9 +130,7 @@ class Registry:
                     )
         for inv in self.invalidations:
             if inv.spec.stream not in self.streams:
-                problems.append(
-                    f"plugin {inv.plugin!r} declares an invalidation on unknown stream {inv.spec.stream!r}"
-                )
+                problems.append(f"plugin {inv.plugin!r} declares an invalidation on unknown stream {inv.spec.stream!r}")
             if inv.spec.cache not in self.caches:
                 problems.append(f"plugin {inv.plugin!r} declares an invalidation of unknown cache {inv.spec.cache!r}")
         for job in self.export_jobs:

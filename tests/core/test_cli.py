@@ -36,7 +36,9 @@ def test_duplicate_stream_fails_at_startup_naming_both_plugins(plugin_installer,
 
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    assert "duplicate stream 'notes': registered by both plugins 'copycat' and 'notes'" in " ".join(result.stderr.split())
+    assert "duplicate stream 'notes': registered by both plugins 'copycat' and 'notes'" in " ".join(
+        result.stderr.split()
+    )
 
 
 def test_plugins_add_commands_to_the_cli(plugin_installer, run_cli):

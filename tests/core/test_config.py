@@ -93,7 +93,10 @@ def test_unknown_key_is_rejected_by_name(tmp_path):
 
 
 def test_bad_environment_value_names_the_variable(tmp_path):
-    with pytest.raises(ConfigError, match=r"database.url \(from environment variable FACTSTREAM_DATABASE__URL\): must be a postgresql:// URL"):
+    with pytest.raises(
+        ConfigError,
+        match=r"database.url \(from environment variable FACTSTREAM_DATABASE__URL\): must be a postgresql:// URL",
+    ):
         load_config(environ={"FACTSTREAM_DATABASE__URL": "mysql://root@localhost/x"})
 
 

@@ -6,7 +6,6 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -42,13 +41,19 @@ def test_unreachable_database_is_one_clear_error():
         check_database(url, timeout=1)
 
     message = str(info.value)
-    assert f"cannot connect to the database at postgresql://postgres@127.0.0.1:{url.split(':')[2].split('/')[0]}/facts" in message
+    assert (
+        f"cannot connect to the database at postgresql://postgres@127.0.0.1:{url.split(':')[2].split('/')[0]}/facts"
+        in message
+    )
     assert "\n" not in message
 
 
 def test_unreachable_database_in_the_cli_exits_2_without_traceback(run_cli):
-    env = dict(os.environ, FACTSTREAM_DATABASE__URL=f"postgresql://postgres@127.0.0.1:{closed_port()}/facts",
-               FACTSTREAM_DATABASE__CONNECT_TIMEOUT="1")
+    env = dict(
+        os.environ,
+        FACTSTREAM_DATABASE__URL=f"postgresql://postgres@127.0.0.1:{closed_port()}/facts",
+        FACTSTREAM_DATABASE__CONNECT_TIMEOUT="1",
+    )
 
     result = run_cli("migrate", env=env)
 
@@ -103,4 +108,3 @@ def test_embedded_server_failure_is_reported_with_the_log(tmp_path):
 
     with pytest.raises(DatabaseError, match=r"the embedded PostgreSQL could not start under .*Its log is"):
         start_embedded(state)
-

@@ -133,7 +133,9 @@ def test_new_revision_extends_the_plugin_branch(migrator, notes, fresh_database)
         source.replace(
             "def upgrade() -> None:\n    pass",
             "def upgrade() -> None:\n    op.add_column('notes', sa.Column('title', sa.Text))",
-        ).replace("def downgrade() -> None:\n    pass", "def downgrade() -> None:\n    op.drop_column('notes', 'title')")
+        ).replace(
+            "def downgrade() -> None:\n    pass", "def downgrade() -> None:\n    op.drop_column('notes', 'title')"
+        )
     )
     migrator = Migrator(fresh_database, load_plugins())
     migrator.upgrade()
@@ -173,7 +175,9 @@ def test_unknown_branch_is_a_clear_error(migrator):
         migrator.upgrade("nope")
 
 
-def test_uninstalled_plugin_is_reported_by_name_with_the_detach_command(plugin_installer, notes, migrator, fresh_database):
+def test_uninstalled_plugin_is_reported_by_name_with_the_detach_command(
+    plugin_installer, notes, migrator, fresh_database
+):
     migrator.upgrade()
     plugin_installer.uninstall(notes)
     after = Migrator(fresh_database, load_plugins())
@@ -189,7 +193,9 @@ def test_uninstalled_plugin_is_reported_by_name_with_the_detach_command(plugin_i
     }
 
 
-def test_detach_forgets_the_plugin_keeps_its_tables_and_the_core_revision(plugin_installer, notes, migrator, fresh_database):
+def test_detach_forgets_the_plugin_keeps_its_tables_and_the_core_revision(
+    plugin_installer, notes, migrator, fresh_database
+):
     migrator.upgrade()
     plugin_installer.uninstall(notes)
     after = Migrator(fresh_database, load_plugins())
@@ -237,7 +243,9 @@ def test_cli_reports_an_uninstalled_plugin_and_detaches_it(plugin_installer, not
     assert run_cli("migrate", env=env).returncode == 0
 
 
-def test_blocking_a_migrated_plugin_reports_it_like_an_uninstalled_one(notes, migrator, fresh_database, run_cli, plugin_installer):
+def test_blocking_a_migrated_plugin_reports_it_like_an_uninstalled_one(
+    notes, migrator, fresh_database, run_cli, plugin_installer
+):
     migrator.upgrade()
     env = dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database, FACTSTREAM_BLOCK_PLUGINS="notes")
 
@@ -253,8 +261,14 @@ def test_concurrent_migrations_from_two_processes_both_succeed(notes, fresh_data
 
     env = dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database, NO_COLOR="1")
     procs = [
-        subprocess.Popen([sys.executable, "-m", "factstream", "migrate"], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, cwd=os.getcwd())
+        subprocess.Popen(
+            [sys.executable, "-m", "factstream", "migrate"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=os.getcwd(),
+        )
         for _ in range(2)
     ]
     results = [p.communicate(timeout=120) for p in procs]

