@@ -1,0 +1,15 @@
+"""Stream ID generators: reserving IDs, tracking completion, positions and the watermark."""
+
+from factstream.idgen.generator import IdGeneratorError, MultiWriterIdGenerator, TableRef
+from factstream.idgen.leases import WriterLeases
+from factstream.idgen.positions import PositionTracker
+from factstream.idgen.sequence import create_sequence_sql
+
+__all__ = [
+    "IdGeneratorError",
+    "MultiWriterIdGenerator",
+    "PositionTracker",
+    "TableRef",
+    "WriterLeases",
+    "create_sequence_sql",
+]

@@ -1,0 +1,359 @@
+"""``MultiWriterIdGenerator``: stream IDs for one stream, from one process's point of view.
+
+It hands out IDs from the stream's PostgreSQL sequence, tracks which of them have completed, and
+keeps this process's view of every writer's position and of the watermark below which every fact
+is complete (see :mod:`factstream.idgen.positions` for the rules and why they are safe).
+
+Lifecycle: construct, ``await start()`` (reads the durable state, repairs the sequence if it is
+behind, claims this writer's lease), use, ``await close()`` (persists the final position, releases
+the lease). Not thread-safe: use it from one event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from factstream.db.database import Database, Transaction
+from factstream.errors import FactstreamError
+from factstream.idgen import metrics
+from factstream.idgen.leases import LeaseHeldError, WriterLeases
+from factstream.idgen.persist import PositionPersister, upsert_position_sql
+from factstream.idgen.positions import PositionTracker
+from factstream.idgen.recovery import DurableState, counted_writers, initial_tracker, plan_sequence_repair
+from factstream.idgen.sequence import PostgresSequence
+from factstream.specs import check_name
+
+if TYPE_CHECKING:
+    from factstream.config import Settings
+    from factstream.streams import StreamSpec
+
+log = logging.getLogger(__name__)
+
+#: How far past the highest known ID a repaired sequence jumps (see ``plan_sequence_repair``).
+DEFAULT_REPAIR_MARGIN = 10_000
+
+
+class IdGeneratorError(FactstreamError):
+    """Misuse of a stream's ID generator (reserving on a non-writer, using it before start())."""
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A backing table: its name, the column naming the writer, the column holding the stream ID."""
+
+    table: str
+    instance_column: str
+    id_column: str
+
+    def __post_init__(self) -> None:
+        for value in (self.table, self.instance_column, self.id_column):
+            check_name("table or column", value)
+
+
+class MultiWriterIdGenerator:
+    """Stream IDs for one stream with any number of writers (see the module docstring).
+
+    ``writers`` lists the instances allowed to write; an empty list means anyone may write and
+    positions are not persisted. ``positive=False`` makes a backwards stream (IDs -1, -2, ...): every
+    value going in and out is negative, the sequence and the bookkeeping stay positive.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        stream_name: str,
+        sequence_name: str,
+        tables: Sequence[TableRef | tuple[str, str, str]],
+        writers: Sequence[str],
+        instance_name: str,
+        positive: bool = True,
+        positions_key: str | None = None,
+        leases: WriterLeases | None = None,
+        persist_interval: float = 0.1,
+        repair_margin: int = DEFAULT_REPAIR_MARGIN,
+    ) -> None:
+        self.db = db
+        self.stream_name = check_name("stream", stream_name)
+        self.positions_key = positions_key or stream_name
+        self.sequence = PostgresSequence(sequence_name)
+        self.tables = [t if isinstance(t, TableRef) else TableRef(*t) for t in tables]
+        if not self.tables:
+            raise IdGeneratorError(f"stream {stream_name!r} has no backing tables")
+        self.writers = list(writers)
+        self.instance_name = instance_name
+        self.positive = positive
+        self.factor = 1 if positive else -1
+        self.leases = leases
+        self.persist_interval = persist_interval
+        self.repair_margin = repair_margin
+        self._tracker: PositionTracker | None = None
+        self._persister: PositionPersister | None = None
+        self._listeners: list[Callable[[], None]] = []
+        self._counted: list[str] = []
+        self.repaired_from: int | None = None
+
+    @classmethod
+    def from_spec(
+        cls, db: Database, spec: StreamSpec, settings: Settings, *, leases: WriterLeases | None = None
+    ) -> MultiWriterIdGenerator:
+        """The generator for a registered stream, with writers taken from the configuration."""
+        return cls(
+            db,
+            stream_name=spec.name,
+            sequence_name=spec.sequence,
+            tables=[TableRef(t.table, t.instance_column, t.id_column) for t in spec.tables],
+            writers=settings.writers_for(spec.name) if spec.writers == "configured" else [],
+            instance_name=settings.instance_name,
+            positive=spec.positive,
+            positions_key=spec.positions_key,
+            leases=leases,
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    @property
+    def is_writer(self) -> bool:
+        return not self.writers or self.instance_name in self.writers
+
+    async def start(self) -> MultiWriterIdGenerator:
+        """Load positions from the database (repairing a sequence that is behind); returns self.
+
+        A writer first claims its lease and registers its ``stream_positions`` row, so that any
+        process starting later counts it before it has reserved anything.
+        """
+        if self.leases is not None and self.is_writer:
+            try:
+                await self.leases.claim(self.positions_key, self.instance_name)
+            except LeaseHeldError as exc:
+                raise IdGeneratorError(str(exc)) from None
+        async with self.db.autocommit() as conn:
+            if not await self.sequence.exists(conn):
+                raise IdGeneratorError(
+                    f"stream {self.stream_name!r}: sequence {self.sequence.name!r} does not exist; "
+                    "run `factstream migrate` (the plugin's migration must create it)"
+                )
+            state = await self._read_state(conn, with_rows=False)
+            repair = plan_sequence_repair(state, self.repair_margin)
+            if repair is not None:
+                log.warning(
+                    "stream %s: sequence %s is behind IDs already used (%s); moving it from %d to %d",
+                    self.stream_name,
+                    self.sequence.name,
+                    repair.reason,
+                    repair.old_last,
+                    repair.new_last,
+                )
+                await self.sequence.set_last(conn, repair.new_last)
+                metrics.SEQUENCE_REPAIRS.labels(stream=self.stream_name).inc()
+                self.repaired_from = repair.old_last
+            if self.is_writer:
+                last = max(await self.sequence.last_allocated(conn), 0)
+                await conn.execute(
+                    upsert_position_sql(self.positive),
+                    {"s": self.positions_key, "i": self.instance_name, "p": last * self.factor},
+                )
+            state = await self._read_state(conn, with_rows=True)
+        self._tracker = initial_tracker(
+            local=self.instance_name, writers=self.writers, state=state, counted=self._counted
+        )
+        if self.is_writer:
+            self._persister = PositionPersister(
+                self.db,
+                self.positions_key,
+                self.instance_name,
+                lambda: self.get_current_token_for_writer(self.instance_name),
+                positive=self.positive,
+                interval=self.persist_interval,
+            )
+        metrics.track(self)
+        return self
+
+    async def close(self) -> None:
+        """Persist the final position; the lease is released by whoever owns the leases."""
+        if self._persister is not None:
+            await self._persister.close()
+        metrics.untrack(self)
+
+    async def _read_state(self, conn: AsyncConnection, *, with_rows: bool) -> DurableState:
+        """Read the durable state, the sequence first (see ``initial_tracker`` for why)."""
+        f = self.factor
+        sequence_last = max(await self.sequence.last_allocated(conn), 0)
+        stored_rows = await conn.execute(
+            text("SELECT instance_name, stream_id FROM stream_positions WHERE stream_name = :s"),
+            {"s": self.positions_key},
+        )
+        stored = {str(r[0]): int(r[1]) * f for r in stored_rows}
+
+        alive: set[str] | None = None
+        others = [w for w in stored if w not in self.writers and w != self.instance_name]
+        if self.leases is not None:
+            alive = await self.leases.alive(self.positions_key, others) | {self.instance_name}
+            dead = [w for w in others if w not in alive]
+            if dead and with_rows:
+                await conn.execute(
+                    text("DELETE FROM stream_positions WHERE stream_name = :s AND instance_name = ANY(:w)"),
+                    {"s": self.positions_key, "w": dead},
+                )
+                stored = {w: p for w, p in stored.items() if w not in dead}
+        self._counted = counted_writers(self.writers, stored, alive)
+        floor = min((stored[w] for w in self._counted if w in stored), default=None)
+
+        table_max = 0
+        rows: list[tuple[int, str]] = []
+        for t in self.tables:
+            agg = "MAX" if self.positive else "-MIN"
+            value = (await conn.execute(text(f"SELECT COALESCE({agg}({t.id_column}), 0) FROM {t.table}"))).scalar_one()
+            table_max = max(table_max, int(value))
+            if with_rows and floor is not None:
+                cmp = ">" if self.positive else "<"
+                found = await conn.execute(
+                    text(f"SELECT {t.id_column}, {t.instance_column} FROM {t.table} WHERE {t.id_column} {cmp} :v"),
+                    {"v": floor * f},
+                )
+                rows += [(int(r[0]) * f, str(r[1])) for r in found]
+        return DurableState(sequence_last=sequence_last, table_max=table_max, stored_positions=stored, rows_above=rows)
+
+    @property
+    def tracker(self) -> PositionTracker:
+        if self._tracker is None:
+            raise IdGeneratorError(f"the ID generator of stream {self.stream_name!r} was used before start()")
+        return self._tracker
+
+    # -- reserving ---------------------------------------------------------------------------------
+
+    def _check_writer(self) -> None:
+        if not self.is_writer:
+            raise IdGeneratorError(
+                f"instance {self.instance_name!r} tried to reserve an ID on stream {self.stream_name!r}, "
+                f"whose writers are {', '.join(map(repr, self.writers))}; add it under "
+                f"stream_writers.{self.stream_name} in the configuration to let it write"
+            )
+
+    @asynccontextmanager
+    async def get_next(self) -> AsyncIterator[int]:
+        """Reserve one ID; it completes when the block exits, whether it succeeded or raised."""
+        async with self.get_next_mult(1) as ids:
+            yield ids[0]
+
+    @asynccontextmanager
+    async def get_next_mult(self, n: int) -> AsyncIterator[list[int]]:
+        """Reserve ``n`` IDs (ascending in the stream's direction); all complete when the block exits."""
+        self._check_writer()
+        tracker = self.tracker
+        token = tracker.begin_fetch()
+        ids: list[int] = []
+        try:
+            async with self.db.autocommit() as conn:
+                ids = await self.sequence.next_ids(conn, n)
+        finally:
+            tracker.end_fetch(token, ids)
+        try:
+            yield [i * self.factor for i in ids]
+        finally:
+            self._complete(ids)
+
+    async def get_next_txn(self, txn: Transaction) -> int:
+        """Reserve one ID inside ``txn``; it completes when ``txn`` commits or rolls back.
+
+        The fact's rows must be written in that same transaction.
+        """
+        return (await self.get_next_mult_txn(txn, 1))[0]
+
+    async def get_next_mult_txn(self, txn: Transaction, n: int) -> list[int]:
+        """Reserve ``n`` IDs inside ``txn``; they complete when ``txn`` commits or rolls back."""
+        self._check_writer()
+        if not isinstance(txn, Transaction):
+            raise IdGeneratorError(
+                "get_next_txn needs the Transaction from Database.transaction(), which completes the IDs "
+                f"after COMMIT; got {type(txn).__name__}"
+            )
+        tracker = self.tracker
+        token = tracker.begin_fetch()
+        ids: list[int] = []
+        try:
+            ids = await self.sequence.next_ids(txn.conn, n)
+        finally:
+            tracker.end_fetch(token, ids)
+        txn.on_complete(lambda _committed: self._complete(ids))
+        return [i * self.factor for i in ids]
+
+    def _complete(self, ids: list[int]) -> None:
+        if not ids:
+            return
+        self.tracker.complete(ids)
+        if self._persister is not None:
+            self._persister.mark_dirty()
+        for listener in self._listeners:
+            try:
+                listener()
+            except Exception:
+                log.exception("completion listener of stream %s failed", self.stream_name)
+
+    def add_completion_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` after every completion (the replication streamer's wake-up)."""
+        self._listeners.append(callback)
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def get_current_token(self) -> int:
+        """The watermark: every fact at or before it, from any writer, is complete."""
+        return self.tracker.persisted_upto * self.factor
+
+    def get_persisted_upto_position(self) -> int:
+        """Same as :meth:`get_current_token`."""
+        return self.get_current_token()
+
+    def get_current_token_for_writer(self, instance: str) -> int:
+        """The maximal view of ``instance``'s position (for this instance: what it announces)."""
+        return self.tracker.position_for_writer(instance) * self.factor
+
+    def get_minimal_local_current_token(self) -> int:
+        """The position of this instance's own completed writes."""
+        return self.tracker.minimal_local_position() * self.factor
+
+    def get_positions(self) -> dict[str, int]:
+        """Every known writer's position (writers that never wrote or announced may be missing)."""
+        return {w: p * self.factor for w, p in self.tracker.positions().items()}
+
+    def advance(self, instance: str, token: int) -> None:
+        """Replication says ``instance`` has reached ``token``. Never moves anything backwards."""
+        value = token * self.factor
+        if value <= 0:
+            raise ValueError(f"stream {self.stream_name!r}: position {token} is on the wrong side of zero")
+        self.tracker.advance(instance, value)
+        if self._persister is not None:
+            self._persister.mark_dirty()
+
+    async def get_max_allocated_token(self) -> int:
+        """The highest ID the sequence has handed out (used to clamp tokens from the future)."""
+        async with self.db.autocommit() as conn:
+            return max(await self.sequence.last_allocated(conn), 0) * self.factor
+
+    async def check_retired_writers(self) -> list[str]:
+        """Forget writers that are neither configured nor alive; returns their names.
+
+        A writer that was removed from the configuration (or announced itself without being
+        configured) keeps bounding the watermark until its lease shows it is gone.
+        """
+        if self.leases is None:
+            return []
+        tracker = self.tracker
+        extra = [w for w in tracker.positions() if w != self.instance_name and w not in self.writers]
+        if not extra:
+            return []
+        alive = await self.leases.alive(self.positions_key, extra)
+        gone = [w for w in extra if w not in alive]
+        for writer in gone:
+            tracker.forget_writer(writer)
+        return gone
+
+    def __repr__(self) -> str:
+        return f"<MultiWriterIdGenerator {self.stream_name} on {self.instance_name}>"

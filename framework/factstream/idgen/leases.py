@@ -1,0 +1,95 @@
+"""Writer leases: which instances are alive as writers, from PostgreSQL session advisory locks.
+
+A writer holds, for as long as its process runs, a session-level advisory lock keyed by (stream,
+instance) on one dedicated connection. PostgreSQL releases it when that session ends, however the
+process died. So "is writer W alive?" is answered by the database, not by configuration:
+
+* a second process started with the same instance name is refused (two writers sharing a name would
+  corrupt each other's positions);
+* a writer removed from the configuration is still counted while its lease is held, so the watermark
+  cannot pass IDs it has not finished; once the lease is free it holds no unfinished IDs (its
+  transactions died with its connections) and it can be forgotten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from factstream.db.database import Database
+
+# Two-key advisory locks: the first key marks factstream's namespace.
+_NAMESPACE = 0x46535457  # "FSTW"
+
+
+class LeaseHeldError(Exception):
+    """Another live process holds the lease this process asked for."""
+
+
+class WriterLeases:
+    """One dedicated connection holding this process's writer leases; also answers liveness."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._conn: AsyncConnection | None = None
+        self._held: set[tuple[str, str]] = set()
+        self._lock = asyncio.Lock()
+
+    async def _connection(self) -> AsyncConnection:
+        if self._conn is None:
+            conn = await self.db.engine.connect()
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            self._conn = conn
+        return self._conn
+
+    async def claim(self, stream_key: str, instance: str) -> None:
+        """Hold the lease for (stream, instance) until :meth:`close`; raise if someone else holds it."""
+        async with self._lock:
+            if (stream_key, instance) in self._held:
+                return
+            conn = await self._connection()
+            got = await conn.execute(
+                text("SELECT pg_try_advisory_lock(:ns, hashtext(:k))"),
+                {"ns": _NAMESPACE, "k": _key(stream_key, instance)},
+            )
+            if not got.scalar_one():
+                raise LeaseHeldError(
+                    f"another process is already running as instance {instance!r}, writing stream {stream_key!r}; "
+                    "every process needs its own instance_name"
+                )
+            self._held.add((stream_key, instance))
+
+    async def alive(self, stream_key: str, instances: Iterable[str]) -> set[str]:
+        """Which of ``instances`` hold their lease for ``stream_key`` (in another session or this one)."""
+        names = sorted(set(instances))
+        if not names:
+            return set()
+        out = {i for i in names if (stream_key, i) in self._held}
+        others = [i for i in names if i not in out]
+        if others:
+            async with self.db.autocommit() as conn:
+                rows = await conn.execute(
+                    text(
+                        "SELECT k.name FROM unnest(CAST(:names AS text[])) AS k(name) JOIN pg_locks l "
+                        "ON l.locktype = 'advisory' AND l.classid = :ns AND l.objsubid = 2 AND l.granted "
+                        "AND l.objid = (hashtext(:prefix || k.name)::bigint & 4294967295)::oid"
+                    ),
+                    {"names": others, "ns": _NAMESPACE, "prefix": _key(stream_key, "")},
+                )
+                out |= {r[0] for r in rows}
+        return out
+
+    async def close(self) -> None:
+        """Release every lease (by closing the session)."""
+        async with self._lock:
+            if self._conn is not None:
+                await self._conn.close()
+                self._conn = None
+            self._held.clear()
+
+
+def _key(stream_key: str, instance: str) -> str:
+    return f"{stream_key}:{instance}"

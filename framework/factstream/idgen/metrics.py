@@ -1,0 +1,62 @@
+"""Prometheus metrics of the ID generators, read from the live generators at scrape time."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import REGISTRY, Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from factstream.idgen.generator import MultiWriterIdGenerator
+
+_live: weakref.WeakSet[MultiWriterIdGenerator] = weakref.WeakSet()
+
+SEQUENCE_REPAIRS = Counter(
+    "factstream_sequence_repairs",
+    "Times a stream sequence was found behind IDs already used and moved forward at start-up",
+    ["stream"],
+)
+
+
+def track(gen: MultiWriterIdGenerator) -> None:
+    _live.add(gen)
+
+
+def untrack(gen: MultiWriterIdGenerator) -> None:
+    _live.discard(gen)
+
+
+class _GeneratorCollector(Collector):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        position = GaugeMetricFamily(
+            "factstream_stream_position",
+            "A writer's position as this instance sees it",
+            labels=["stream", "writer", "instance"],
+        )
+        watermark = GaugeMetricFamily(
+            "factstream_stream_persisted_upto", "Every fact at or below this is complete", labels=["stream", "instance"]
+        )
+        unfinished = GaugeMetricFamily(
+            "factstream_stream_unfinished_ids", "IDs reserved here and not yet completed", labels=["stream", "instance"]
+        )
+        in_flight = GaugeMetricFamily(
+            "factstream_stream_in_flight_fetches", "Sequence calls in progress here", labels=["stream", "instance"]
+        )
+        for gen in list(_live):
+            tracker = gen._tracker
+            if tracker is None:
+                continue
+            me = gen.instance_name
+            for writer in sorted(set(tracker.positions()) | {me}):
+                position.add_metric([gen.stream_name, writer, me], gen.get_current_token_for_writer(writer))
+            watermark.add_metric([gen.stream_name, me], gen.get_current_token())
+            unfinished.add_metric([gen.stream_name, me], len(tracker.unfinished))
+            in_flight.add_metric([gen.stream_name, me], tracker.in_flight)
+        yield from (position, watermark, unfinished, in_flight)
+
+
+REGISTRY.register(_GeneratorCollector())
