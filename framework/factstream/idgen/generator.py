@@ -154,16 +154,20 @@ class MultiWriterIdGenerator:
                 await self.sequence.set_last(conn, repair.new_last)
                 metrics.SEQUENCE_REPAIRS.labels(stream=self.stream_name).inc()
                 self.repaired_from = repair.old_last
+            state = await self._read_state(conn, with_rows=True)
+            self._tracker = initial_tracker(
+                local=self.instance_name, writers=self.writers, state=state, counted=self._counted
+            )
             if self.is_writer:
-                last = max(await self.sequence.last_allocated(conn), 0)
+                # Register before the first reservation: a process starting later must count us.
                 await conn.execute(
                     upsert_position_sql(self.positive),
-                    {"s": self.positions_key, "i": self.instance_name, "p": last * self.factor},
+                    {
+                        "s": self.positions_key,
+                        "i": self.instance_name,
+                        "p": self.get_current_token_for_writer(self.instance_name),
+                    },
                 )
-            state = await self._read_state(conn, with_rows=True)
-        self._tracker = initial_tracker(
-            local=self.instance_name, writers=self.writers, state=state, counted=self._counted
-        )
         if self.is_writer:
             self._persister = PositionPersister(
                 self.db,

@@ -84,13 +84,13 @@ def initial_tracker(
 
     ``writers`` empty means anyone may write. ``state`` must have been read sequence first: then any
     writer that reserved an ID at or below ``state.sequence_last`` had already registered its row.
+
+    Every position a writer announces must be an ID known to be complete (readers add announced
+    positions to their run of completed IDs). So a restarting writer does not take the sequence head
+    as its position, as the reference did: that ID may be another writer's, still in flight. Nothing
+    of its own is in flight at start-up, so it may take the highest ID known to be complete.
     """
     positions = {w: p for w, p in state.stored_positions.items() if w in counted}
-    if not writers or local in writers:
-        # Nothing of ours is in flight at start-up, and whatever we reserved before is at or below the
-        # sequence: our position is the end of the stream, even if stream_positions lagged.
-        positions[local] = max(positions.get(local, 0), state.sequence_last)
-
     if positions:
         floor = min(positions.values())
         tracker = PositionTracker(local=local, positions=positions, persisted_upto=floor)
@@ -104,4 +104,6 @@ def initial_tracker(
         if writer not in positions:
             # A configured writer with no row never reserved anything (it registers before it does).
             tracker.seed(writer, tracker.persisted_upto)
+    if not writers or local in writers:
+        tracker.seed(local, tracker.max_seen)
     return tracker
