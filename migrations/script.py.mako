@@ -1,4 +1,12 @@
-"""${message}
+<%!
+def q(value):
+    """Python literal with double quotes, as ruff format writes it."""
+    if value is None:
+        return "None"
+    if isinstance(value, str):
+        return '"%s"' % value
+    return "(" + ", ".join('"%s"' % v for v in value) + ("," if len(value) == 1 else "") + ")"
+%>"""${message}
 
 Revision ID: ${up_revision}
 Revises: ${down_revision | comma,n}
@@ -9,13 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import sqlalchemy as sa
-from alembic import op
+import sqlalchemy as sa  # noqa: F401
+from alembic import op  # noqa: F401
 ${imports if imports else ""}
-revision: str = ${repr(up_revision)}
-down_revision: str | Sequence[str] | None = ${repr(down_revision)}
-branch_labels: str | Sequence[str] | None = ${repr(branch_labels)}
-depends_on: str | Sequence[str] | None = ${repr(depends_on)}
+revision: str = ${q(up_revision)}
+down_revision: str | Sequence[str] | None = ${q(down_revision)}
+branch_labels: str | Sequence[str] | None = ${q(branch_labels)}
+depends_on: str | Sequence[str] | None = ${q(depends_on)}
 
 
 def upgrade() -> None:

@@ -6,6 +6,7 @@ the core and may change between releases.
 
 from factstream.db.metadata import metadata
 from factstream.errors import ConfigError, DatabaseError, FactstreamError, MigrationError, PluginError
+from factstream.migration_ops import create_stream_sequence, drop_stream_sequence
 from factstream.plugins import hookimpl
 from factstream.specs import CacheSpec, CommandSpec, ExportJobSpec, InvalidationSpec, MigrationSpec, RouteSpec
 from factstream.streams import StreamSpec, StreamTable
@@ -24,6 +25,8 @@ __all__ = [
     "RouteSpec",
     "StreamSpec",
     "StreamTable",
+    "create_stream_sequence",
+    "drop_stream_sequence",
     "hookimpl",
     "metadata",
 ]

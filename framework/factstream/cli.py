@@ -23,7 +23,7 @@ from factstream.config import Settings, load_config
 from factstream.errors import FactstreamError, PluginError
 from factstream.plugins import PluginHost, load_plugins
 
-BUILTIN_COMMANDS = frozenset({"plugins", "migrate", "demo", "db"})
+BUILTIN_COMMANDS = frozenset({"plugins", "migrate", "demo"})
 
 out = Console()
 err = Console(stderr=True)
@@ -76,6 +76,7 @@ def _root(
 ) -> None:
     state.config_path = config
     _setup_logging(logging.INFO if verbose else logging.WARNING)
+    state.settings  # noqa: B018 - a bad config file is an error for every command
 
 
 def _setup_logging(level: int) -> None:
@@ -263,6 +264,8 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     debug = os.environ.get("FACTSTREAM_DEBUG", "").lower() in {"1", "true", "yes"}
     try:
+        if os.environ.get("FACTSTREAM_TRACE_HOOKS"):
+            _setup_logging(logging.WARNING)
         _add_plugin_commands()
         app(args=argv, prog_name="factstream")
     except FactstreamError as exc:

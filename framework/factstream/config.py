@@ -183,7 +183,8 @@ def _describe(exc: ValidationError, source: str, environ: Mapping[str, str]) -> 
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
         value = err.get("input")
-        shown = "" if err["type"] in {"extra_forbidden", "missing"} or isinstance(value, dict) else f" (got {value!r})"
+        hidden = err["type"] in {"extra_forbidden", "missing"} or isinstance(value, dict) or repr(value) in msg
+        shown = "" if hidden else f" (got {value!r})"
         lines.append(f"{key}{origin}: {msg}{shown}")
     return f"invalid configuration in {source}: " + "; ".join(lines)
 

@@ -89,7 +89,7 @@ class Migrator:
         if len(heads) > 1:
             raise MigrationError(
                 f"migration branch {branch!r} has several heads ({', '.join(r.revision for r in heads)}); "
-                "merge them with `alembic merge` in the plugin's migrations directory"
+                "merge them with a revision whose down_revision lists both heads"
             )
         return heads[0].revision if heads else None
 
@@ -210,6 +210,14 @@ class Migrator:
                 getattr(command, fn)(self.config, target)
             except CommandError as exc:
                 raise MigrationError(f"alembic could not {fn} to {target!r}: {exc}") from exc
+            except Exception as exc:
+                cause = getattr(exc, "orig", None) or exc  # the database's own error, not SQLAlchemy's wrapper
+                where = f" ({type(cause).__module__}.{type(cause).__name__})"
+                reason = " ".join(str(cause).split("\n")[0].split())
+                raise MigrationError(
+                    f"migration {fn} to {target!r} failed{where}: {reason}. Nothing was applied: "
+                    "every migrate command runs in one transaction"
+                ) from exc
             finally:
                 self.config.attributes.pop("connection", None)
             self._sync_record(conn)

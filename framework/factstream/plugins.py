@@ -156,7 +156,7 @@ class PluginHost:
     async def shutdown(self, host: Any) -> list[PluginError]:
         """Run every ``shutdown(host)`` in reverse order; failures are collected, not raised."""
         errors: list[PluginError] = []
-        for plugin_name, function in reversed(self._impls("shutdown")):
+        for plugin_name, function in self._impls("shutdown")[::-1]:
             try:
                 result = self._call(plugin_name, "shutdown", function, host=host)
                 if inspect.isawaitable(result):
@@ -170,7 +170,12 @@ class PluginHost:
     def _impls(self, hook: str) -> list[tuple[str, Callable[..., Any]]]:
         caller = getattr(self.pm.hook, hook)
         out = []
-        for impl in caller.get_hookimpls():
+        # pluggy calls the list from the end: honour its order (tryfirst/trylast, last-registered first).
+        for impl in reversed(caller.get_hookimpls()):
+            if impl.hookwrapper or impl.wrapper:
+                raise PluginError(
+                    f"plugin {impl.plugin_name!r} wraps hook {hook}; factstream hooks do not support wrappers"
+                )
             out.append((impl.plugin_name, impl.function))
         return out
 

@@ -42,7 +42,7 @@ class _Table(Generic[T]):
             who = (
                 f"plugin {plugin!r} registered it twice"
                 if existing.plugin == plugin
-                else f"registered by both plugins {existing.plugin!r} and {plugin!r}"
+                else "registered by both plugins {!r} and {!r}".format(*sorted((existing.plugin, plugin)))
             )
             raise PluginError(f"duplicate {self.kind} {name!r}: {who}")
         self.entries[name] = Registered(plugin, spec)
@@ -124,9 +124,10 @@ class Registry:
             if s.sync_key is not None:
                 other = sync_keys.setdefault(s.sync_key, s.name)
                 if other != s.name:
+                    first, second = sorted((other, s.name))
                     problems.append(
-                        f"sync key {s.sync_key!r} is claimed by streams {other!r} (plugin "
-                        f"{self.streams.owner(other)!r}) and {s.name!r} (plugin {reg.plugin!r})"
+                        f"sync key {s.sync_key!r} is claimed by streams {first!r} (plugin "
+                        f"{self.streams.owner(first)!r}) and {second!r} (plugin {self.streams.owner(second)!r})"
                     )
         for inv in self.invalidations:
             if inv.spec.stream not in self.streams:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -142,7 +142,6 @@ class CommandSpec:
     name: str
     app: Any
     help: str = ""
-    aliases: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.match(r"^[a-z][a-z0-9-]*$", self.name):

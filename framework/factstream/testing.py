@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import textwrap
@@ -32,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import invalidate_caches
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -39,6 +41,7 @@ from sqlalchemy.engine import make_url
 
 from factstream.db.embedded import start_embedded
 from factstream.db.engine import libpq_url
+from factstream.db.metadata import metadata
 from factstream.plugins import PluginHost, load_plugins
 
 TEST_DATABASE_ENV = "FACTSTREAM_TEST_DATABASE_URL"
@@ -52,6 +55,8 @@ TEST_REDIS_ENV = "FACTSTREAM_TEST_REDIS_URL"
 def factstream_server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A PostgreSQL server URL: ``$FACTSTREAM_TEST_DATABASE_URL`` or an embedded server for the session."""
     url = os.environ.get(TEST_DATABASE_ENV)
+    if not url and _services_required():
+        pytest.exit(f"FACTSTREAM_REQUIRE_SERVICES is set but {TEST_DATABASE_ENV} is not", returncode=3)
     if url:
         try:
             with psycopg.connect(libpq_url(url), connect_timeout=5) as conn:
@@ -76,6 +81,39 @@ def drop_database(url: str) -> None:
     admin = parsed.set(database="postgres").render_as_string(hide_password=False)
     with psycopg.connect(libpq_url(admin), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{parsed.database}" WITH (FORCE)')
+
+
+def _services_required() -> bool:
+    return os.environ.get("FACTSTREAM_REQUIRE_SERVICES", "").lower() in {"1", "true", "yes"}
+
+
+def redis_reachable(url: str, timeout: float = 2.0) -> str | None:
+    """``None`` if a Redis server answers PING at ``url``, else the reason it does not."""
+    parsed = urlsplit(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 6379), timeout=timeout) as s:
+            s.sendall(b"PING\r\n")
+            reply = s.recv(64)
+    except OSError as exc:
+        return f"cannot connect: {exc}"
+    return None if reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH") else f"unexpected reply {reply!r}"
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """A Redis URL (``$FACTSTREAM_TEST_REDIS_URL``, default ``redis://127.0.0.1:6379/0``).
+
+    Tests using it are skipped with the reason when Redis is unreachable, unless
+    ``FACTSTREAM_REQUIRE_SERVICES=1`` (as in CI), where that is an error.
+    """
+    url = os.environ.get(TEST_REDIS_ENV, "redis://127.0.0.1:6379/0")
+    problem = redis_reachable(url)
+    if problem is not None:
+        message = f"Redis at {url} is not usable ({problem}); set {TEST_REDIS_ENV} or start Redis"
+        if _services_required():
+            pytest.fail(message)
+        pytest.skip(message)
+    return url
 
 
 @pytest.fixture
@@ -121,6 +159,7 @@ class PluginInstaller:
         self.site = root / "site-packages"
         self.site.mkdir(parents=True)
         self.installed: list[InstalledPlugin] = []
+        self._tables_before = set(metadata.tables)
         sys.path.insert(0, str(self.site))
         invalidate_caches()
 
@@ -208,6 +247,9 @@ class PluginInstaller:
             self._forget_modules(plugin.module.split(".")[0])
         if str(self.site) in sys.path:
             sys.path.remove(str(self.site))
+        # Plugins declare their tables on the shared MetaData at import; the next test re-imports them.
+        for name in set(metadata.tables) - self._tables_before:
+            metadata.remove(metadata.tables[name])
         invalidate_caches()
 
 

@@ -121,3 +121,10 @@ def test_malformed_config_file_gives_one_paragraph_and_exit_2(tmp_path, run_cli)
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith("error: config file")
     assert "is not valid YAML at line 2" in result.stderr
+
+
+def test_missing_config_file_fails_every_command(run_cli):
+    result = run_cli("--config", "nope.yaml", "plugins")
+
+    assert result.returncode == 2
+    assert "config file 'nope.yaml' does not exist" in result.stderr

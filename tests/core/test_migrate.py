@@ -128,7 +128,7 @@ def test_new_revision_extends_the_plugin_branch(migrator, notes, fresh_database)
 
     assert path.parent == notes.package_dir / "migrations"
     source = path.read_text()
-    assert "down_revision: str | Sequence[str] | None = 'notes_0001'" in source
+    assert 'down_revision: str | Sequence[str] | None = "notes_0001"' in source
     path.write_text(
         source.replace(
             "def upgrade() -> None:\n    pass",
@@ -140,7 +140,7 @@ def test_new_revision_extends_the_plugin_branch(migrator, notes, fresh_database)
     migrator = Migrator(fresh_database, load_plugins())
     migrator.upgrade()
 
-    new_id = re.search(r"revision: str = '(\w+)'", source).group(1)
+    new_id = re.search(r'revision: str = "(\w+)"', source).group(1)
     assert status(migrator)["notes"] == (new_id, new_id, True)
     with psycopg.connect(libpq_url(fresh_database)) as conn:
         conn.execute("SELECT title FROM notes")
@@ -164,8 +164,8 @@ def test_first_revision_of_a_new_plugin_starts_its_branch_on_the_core(plugin_ins
     path = migrator.new_revision("fresh", "create fresh tables")
 
     source = path.read_text()
-    assert "branch_labels: str | Sequence[str] | None = ('fresh',)" in source
-    assert f"depends_on: str | Sequence[str] | None = '{CORE_BASE_REVISION}'" in source
+    assert 'branch_labels: str | Sequence[str] | None = ("fresh",)' in source
+    assert f'depends_on: str | Sequence[str] | None = "{CORE_BASE_REVISION}"' in source
     assert path.parent == plugin.package_dir / "migrations"
     Migrator(fresh_database, load_plugins()).upgrade()
 
@@ -275,3 +275,54 @@ def test_concurrent_migrations_from_two_processes_both_succeed(notes, fresh_data
 
     assert [p.returncode for p in procs] == [0, 0], results
     assert "notes" in tables(fresh_database)
+
+
+def test_generated_revision_passes_the_linters(migrator):
+    import subprocess
+    import sys
+
+    path = migrator.new_revision("notes", "nothing yet")
+
+    for args in (["check", "--no-cache"], ["format", "--check", "--no-cache"]):
+        done = subprocess.run([sys.executable, "-m", "ruff", *args, str(path)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_failing_revision_is_a_migration_error_and_applies_nothing(plugin_installer, fresh_database, run_cli):
+    plugin_installer.from_source(
+        "faulty",
+        """
+        import factstream
+        from factstream import MigrationSpec
+
+        @factstream.hookimpl
+        def register_migrations(register):
+            register(MigrationSpec.from_package("factstream_faulty.migrations"))
+        """,
+        files={
+            "migrations/__init__.py": "",
+            "migrations/faulty_0001.py": """
+                from alembic import op
+                import sqlalchemy as sa
+                revision = "faulty_0001"
+                down_revision = None
+                branch_labels = ("faulty",)
+                depends_on = "fs_core_0001"
+
+                def upgrade():
+                    op.create_table("faulty_things", sa.Column("id", sa.BigInteger))
+                    op.execute("SELECT * FROM no_such_table")
+
+                def downgrade():
+                    pass
+            """,
+        },
+    )
+
+    result = run_cli("migrate", env=dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database))
+
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    message = " ".join(result.stderr.split())
+    assert "failed (psycopg.errors.UndefinedTable" in message and "Nothing was applied" in message
+    assert tables(fresh_database) == set()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from factstream.idgen.positions import PositionTracker
 from factstream.idgen.recovery import DurableState, counted_writers, initial_tracker

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from factstream import create_stream_sequence, drop_stream_sequence
+
 revision = "notes_0001"
 down_revision = None
 branch_labels = ("notes",)
@@ -24,11 +26,9 @@ def upgrade() -> None:
         sa.Column("author", sa.Text, nullable=False),
         sa.Column("body", sa.Text, nullable=False),
     )
-    # A new stream sequence is advanced once so that the first stream ID handed out is 2.
-    op.execute("CREATE SEQUENCE notes_seq")
-    op.execute("SELECT nextval('notes_seq')")
+    create_stream_sequence("notes_seq")
 
 
 def downgrade() -> None:
-    op.execute("DROP SEQUENCE notes_seq")
+    drop_stream_sequence("notes_seq")
     op.drop_table("notes")
