@@ -86,6 +86,8 @@ class WriterLeases:
         """Release every lease (by closing the session)."""
         async with self._lock:
             if self._conn is not None:
+                # Really close the session (a pooled connection would keep its session locks).
+                await self._conn.invalidate()
                 await self._conn.close()
                 self._conn = None
             self._held.clear()
