@@ -34,7 +34,7 @@ def stream_db(fresh_database: str, plugin_host) -> str:
 
 @pytest.fixture
 async def db(stream_db: str) -> AsyncIterator[Database]:
-    database = Database.from_url(stream_db)
+    database = Database.from_url(stream_db, instance_name="tests")
     yield database
     await database.close()
 

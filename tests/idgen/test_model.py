@@ -73,8 +73,10 @@ class StreamModel(RuleBasedStateMachine):
         for dead in [w for w in others if w not in alive]:
             del self.stored[dead]
         counted = counted_writers(writers, self.stored, alive)
+        dead = [w for w in writers if w not in alive]
         floor = min((self.stored[w] for w in counted if w in self.stored), default=None)
-        tracker = initial_tracker(local=name, writers=writers, state=self.durable_state(floor), counted=counted)
+        state = self.durable_state(floor)
+        tracker = initial_tracker(local=name, writers=writers, state=state, counted=counted, dead=dead)
         inc = Incarnation(name, writers, tracker)
         self.running[name] = inc
         if inc.is_writer:

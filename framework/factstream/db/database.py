@@ -73,8 +73,18 @@ class Database:
         self.url = url
 
     @classmethod
-    def from_url(cls, url: str, *, pool_size: int = 10, connect_timeout: float = 5.0) -> Database:
-        return cls(create_engine(url, pool_size=pool_size, connect_timeout=connect_timeout), url)
+    def from_url(
+        cls, url: str, *, instance_name: str | None = None, pool_size: int = 10, connect_timeout: float = 5.0
+    ) -> Database:
+        """A pooled database; every session is named ``factstream/<instance_name>`` in PostgreSQL
+        (``application_name``), which is how other processes tell whether this instance is gone."""
+        engine = create_engine(
+            url,
+            pool_size=pool_size,
+            connect_timeout=connect_timeout,
+            application_name=f"factstream/{instance_name}" if instance_name else "factstream",
+        )
+        return cls(engine, url)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:

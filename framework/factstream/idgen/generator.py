@@ -98,6 +98,7 @@ class MultiWriterIdGenerator:
         self._persister: PositionPersister | None = None
         self._listeners: list[Callable[[], None]] = []
         self._counted: list[str] = []
+        self._dead: list[str] = []
         self.repaired_from: int | None = None
 
     @classmethod
@@ -156,7 +157,7 @@ class MultiWriterIdGenerator:
                 self.repaired_from = repair.old_last
             state = await self._read_state(conn, with_rows=True)
             self._tracker = initial_tracker(
-                local=self.instance_name, writers=self.writers, state=state, counted=self._counted
+                local=self.instance_name, writers=self.writers, state=state, counted=self._counted, dead=self._dead
             )
             if self.is_writer:
                 # Register before the first reservation: a process starting later must count us.
@@ -198,8 +199,11 @@ class MultiWriterIdGenerator:
 
         alive: set[str] | None = None
         others = [w for w in stored if w not in self.writers and w != self.instance_name]
+        self._dead = []
         if self.leases is not None:
-            alive = await self.leases.alive(self.positions_key, others) | {self.instance_name}
+            configured = [w for w in self.writers if w != self.instance_name]
+            alive = await self.leases.alive(self.positions_key, others + configured) | {self.instance_name}
+            self._dead = [w for w in configured if w not in alive]
             dead = [w for w in others if w not in alive]
             if dead and with_rows:
                 await conn.execute(

@@ -63,7 +63,13 @@ class WriterLeases:
             self._held.add((stream_key, instance))
 
     async def alive(self, stream_key: str, instances: Iterable[str]) -> set[str]:
-        """Which of ``instances`` hold their lease for ``stream_key`` (in another session or this one)."""
+        """Which of ``instances`` may still complete a fact of ``stream_key``.
+
+        Alive means holding the lease, or still having any session open (``application_name``
+        ``factstream/<instance>``, set by :class:`~factstream.db.database.Database`): a process that
+        died can have a ``COMMIT`` in flight on a data connection for a moment after its lease
+        session is gone, and only once all its sessions have ended can nothing of it commit.
+        """
         names = sorted(set(instances))
         if not names:
             return set()
@@ -73,9 +79,12 @@ class WriterLeases:
             async with self.db.autocommit() as conn:
                 rows = await conn.execute(
                     text(
-                        "SELECT k.name FROM unnest(CAST(:names AS text[])) AS k(name) JOIN pg_locks l "
-                        "ON l.locktype = 'advisory' AND l.classid = :ns AND l.objsubid = 2 AND l.granted "
-                        "AND l.objid = (hashtext(:prefix || k.name)::bigint & 4294967295)::oid"
+                        "SELECT k.name FROM unnest(CAST(:names AS text[])) AS k(name) WHERE EXISTS ("
+                        " SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.classid = :ns"
+                        " AND l.objsubid = 2 AND l.granted"
+                        " AND l.objid = (hashtext(:prefix || k.name)::bigint & 4294967295)::oid"
+                        ") OR EXISTS (SELECT 1 FROM pg_stat_activity a"
+                        " WHERE a.application_name = 'factstream/' || k.name)"
                     ),
                     {"names": others, "ns": _NAMESPACE, "prefix": _key(stream_key, "")},
                 )

@@ -120,6 +120,15 @@ class PositionTracker:
         self._max_local = max(self._max_local, self._max_seen)
         self._recompute()
 
+    def assume_idle(self, instance: str, position: int) -> None:
+        """Start-up only: ``instance`` is known to hold nothing unfinished (its process is gone), so
+        any ID it hands out later comes from the sequence, above ``position`` (the sequence head read
+        before its liveness was checked). Unlike :meth:`seed` this does not make ``position`` an ID
+        this process may announce: it may be another writer's, still in flight."""
+        if instance != self.local:
+            self._positions[instance] = max(self._positions.get(instance, 0), position)
+            self._recompute()
+
     def forget_writer(self, instance: str) -> None:
         """Stop counting a writer known to be gone for good (it holds no unfinished IDs)."""
         if instance != self.local:

@@ -79,11 +79,13 @@ def initial_tracker(
     writers: Sequence[str],
     state: DurableState,
     counted: Sequence[str],
+    dead: Sequence[str] = (),
 ) -> PositionTracker:
     """The tracker a process starts with, from the durable state (after any sequence repair).
 
     ``writers`` empty means anyone may write. ``state`` must have been read sequence first: then any
     writer that reserved an ID at or below ``state.sequence_last`` had already registered its row.
+    ``dead`` lists configured writers whose process is known to be gone (checked after that read).
 
     Every position a writer announces must be an ID known to be complete (readers add announced
     positions to their run of completed IDs). So a restarting writer does not take the sequence head
@@ -105,5 +107,12 @@ def initial_tracker(
             # A configured writer with no row never reserved anything (it registers before it does).
             tracker.seed(writer, tracker.persisted_upto)
     if not writers or local in writers:
-        tracker.seed(local, tracker.max_seen)
+        others_gone = all(w in dead for w in counted if w != local)
+        # With every other counted writer gone, every ID up to the sequence head is complete (ours)
+        # or abandoned (theirs), so the head itself is safe to announce.
+        tracker.seed(local, max(tracker.max_seen, state.sequence_last) if others_gone else tracker.max_seen)
+    for writer in dead:
+        # A configured writer whose process is gone holds nothing unfinished: it cannot hold the
+        # watermark below the sequence head (the reference kept readers waiting for it to return).
+        tracker.assume_idle(writer, state.sequence_last)
     return tracker
