@@ -76,20 +76,17 @@ async def test_reader_sees_every_committed_fact_exactly_once_across_a_sigkill(st
                 restarted = True
             current = await read_watermark(db)
             if current > last:
-                async with db.autocommit() as conn:
-                    rows = await conn.execute(
-                        text("SELECT stream_id FROM facts WHERE stream_id > :a AND stream_id <= :b"),
-                        {"a": last, "b": current},
-                    )
-                    seen += [r[0] for r in rows]
+                rows = await db.fetchall(
+                    text("SELECT stream_id FROM facts WHERE stream_id > :a AND stream_id <= :b"),
+                    {"a": last, "b": current},
+                )
+                seen += [r[0] for r in rows]
                 last = current
             await asyncio.sleep(0.01)
         # Everyone has stopped: whatever is left is now below a final watermark.
         current = await read_watermark(db)
-        async with db.autocommit() as conn:
-            rows = await conn.execute(text("SELECT stream_id FROM facts WHERE stream_id > :a"), {"a": last})
-            tail = [r[0] for r in rows]
-            everything = [r[0] for r in await conn.execute(text("SELECT stream_id FROM facts"))]
+        tail = [r[0] for r in await db.fetchall("SELECT stream_id FROM facts WHERE stream_id > %(a)s", {"a": last})]
+        everything = [r[0] for r in await db.fetchall("SELECT stream_id FROM facts")]
     finally:
         for p in procs.values():
             if p.poll() is None:

@@ -83,7 +83,7 @@ async def test_ids_reserved_in_a_transaction_complete_on_rollback(db, make_gen, 
 async def test_get_next_txn_needs_a_factstream_transaction(db, make_gen):
     gen = await make_gen()
 
-    async with db.engine.begin() as conn:
+    async with db.autocommit() as conn:
         with pytest.raises(IdGeneratorError, match=r"needs the Transaction from Database\.transaction\(\)"):
             await gen.get_next_txn(conn)
 
@@ -305,3 +305,60 @@ def test_new_sequence_sql_never_uses_start_with(stream_db):
 
     assert sql(stream_db, "SELECT last_value, is_called FROM others_seq") == [(1, True)]
     assert sql(stream_db, "SELECT nextval('others_seq')") == [(2,)]
+
+
+async def test_append_txn_reserves_inside_the_insert(db, make_gen, stream_db):
+    gen = await make_gen()
+
+    async with db.transaction() as txn:
+        first = await gen.append_txn(txn, "facts", {"payload": "a"})
+        second = await gen.append_txn(txn, "facts", {"payload": "b"})
+        assert gen.get_current_token() == 1
+
+    assert (first, second) == (2, 3)
+    assert gen.get_current_token() == 3
+    assert sql(stream_db, "SELECT stream_id, instance_name, payload FROM facts ORDER BY 1") == [
+        (2, "main", "a"),
+        (3, "main", "b"),
+    ]
+
+
+async def test_append_many_txn_gives_ids_in_row_order_and_completes_on_rollback(db, make_gen, stream_db):
+    gen = await make_gen()
+    async with db.transaction() as txn:
+        ids = await gen.append_many_txn(txn, "facts", [{"payload": p} for p in "xyz"])
+
+    with pytest.raises(RuntimeError):
+        async with db.transaction() as txn:
+            await gen.append_many_txn(txn, "facts", [{"payload": "lost"}] * 4)
+            raise RuntimeError("abort")
+
+    assert ids == [2, 3, 4]
+    assert sql(stream_db, "SELECT stream_id, payload FROM facts ORDER BY 1") == [(2, "x"), (3, "y"), (4, "z")]
+    assert gen.get_current_token() == 8
+
+
+async def test_append_on_a_backwards_stream_writes_negative_ids(db, make_gen, stream_db):
+    gen = await make_gen(positive=False)
+
+    async with db.transaction() as txn:
+        one = await gen.append_txn(txn, "facts", {"payload": "old"})
+        many = await gen.append_many_txn(txn, "facts", [{"payload": "older"}, {"payload": "oldest"}])
+
+    assert (one, many) == (-2, [-3, -4])
+    assert sql(stream_db, "SELECT stream_id FROM facts ORDER BY 1 DESC") == [(-2,), (-3,), (-4,)]
+    assert gen.get_current_token() == -4
+
+
+async def test_append_rejects_unknown_tables_columns_and_ragged_rows(db, make_gen):
+    gen = await make_gen()
+
+    async with db.transaction() as txn:
+        with pytest.raises(IdGeneratorError, match=r"has no backing table 'nope' \(its tables: facts\)"):
+            await gen.append_txn(txn, "nope", {"payload": "x"})
+        with pytest.raises(IdGeneratorError, match=r"every appended row needs the columns \('payload',\)"):
+            await gen.append_many_txn(txn, "facts", [{"payload": "x"}, {"other": 1}])
+        with pytest.raises(IdGeneratorError, match=r"table 'facts' has no column\(s\) 'colour'"):
+            await gen.append_many_txn(txn, "facts", [{"colour": "red"}, {"colour": "blue"}])
+    assert gen.tracker.unfinished == frozenset()
+    assert gen.tracker.in_flight == 0

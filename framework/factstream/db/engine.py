@@ -31,16 +31,14 @@ def libpq_url(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def create_engine(
-    url: str, *, pool_size: int = 10, connect_timeout: float = 5.0, application_name: str = "factstream"
-) -> AsyncEngine:
+def create_engine(url: str, *, pool_size: int = 10, connect_timeout: float = 5.0) -> AsyncEngine:
     """An async engine on psycopg 3 for ``url``."""
     return create_async_engine(
         sync_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
-        connect_args={"connect_timeout": max(1, int(connect_timeout)), "application_name": application_name},
+        connect_args={"connect_timeout": max(1, int(connect_timeout))},
     )
 
 

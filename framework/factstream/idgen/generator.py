@@ -12,15 +12,12 @@ the lease). Not thread-safe: use it from one event loop.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from factstream.db.database import Database, Transaction
+from factstream.db.database import Connection, Database, Transaction
 from factstream.errors import FactstreamError
 from factstream.idgen import metrics
 from factstream.idgen.leases import LeaseHeldError, WriterLeases
@@ -99,6 +96,7 @@ class MultiWriterIdGenerator:
         self._listeners: list[Callable[[], None]] = []
         self._counted: list[str] = []
         self._dead: list[str] = []
+        self._append_sql: dict[tuple[str, tuple[str, ...]], str] = {}
         self.repaired_from: int | None = None
 
     @classmethod
@@ -187,15 +185,14 @@ class MultiWriterIdGenerator:
             await self._persister.close()
         metrics.untrack(self)
 
-    async def _read_state(self, conn: AsyncConnection, *, with_rows: bool) -> DurableState:
+    async def _read_state(self, conn: Connection, *, with_rows: bool) -> DurableState:
         """Read the durable state, the sequence first (see ``initial_tracker`` for why)."""
         f = self.factor
         sequence_last = max(await self.sequence.last_allocated(conn), 0)
-        stored_rows = await conn.execute(
-            text("SELECT instance_name, stream_id FROM stream_positions WHERE stream_name = :s"),
-            {"s": self.positions_key},
+        cur = await conn.execute(
+            "SELECT instance_name, stream_id FROM stream_positions WHERE stream_name = %(s)s", {"s": self.positions_key}
         )
-        stored = {str(r[0]): int(r[1]) * f for r in stored_rows}
+        stored = {str(r[0]): int(r[1]) * f for r in await cur.fetchall()}
 
         alive: set[str] | None = None
         others = [w for w in stored if w not in self.writers and w != self.instance_name]
@@ -207,7 +204,7 @@ class MultiWriterIdGenerator:
             dead = [w for w in others if w not in alive]
             if dead and with_rows:
                 await conn.execute(
-                    text("DELETE FROM stream_positions WHERE stream_name = :s AND instance_name = ANY(:w)"),
+                    "DELETE FROM stream_positions WHERE stream_name = %(s)s AND instance_name = ANY(%(w)s)",
                     {"s": self.positions_key, "w": dead},
                 )
                 stored = {w: p for w, p in stored.items() if w not in dead}
@@ -218,15 +215,16 @@ class MultiWriterIdGenerator:
         rows: list[tuple[int, str]] = []
         for t in self.tables:
             agg = "MAX" if self.positive else "-MIN"
-            value = (await conn.execute(text(f"SELECT COALESCE({agg}({t.id_column}), 0) FROM {t.table}"))).scalar_one()
-            table_max = max(table_max, int(value))
+            cur = await conn.execute(f"SELECT COALESCE({agg}({t.id_column}), 0) FROM {t.table}")
+            row = await cur.fetchone()
+            table_max = max(table_max, int(row[0]) if row else 0)
             if with_rows and floor is not None:
                 cmp = ">" if self.positive else "<"
-                found = await conn.execute(
-                    text(f"SELECT {t.id_column}, {t.instance_column} FROM {t.table} WHERE {t.id_column} {cmp} :v"),
+                cur = await conn.execute(
+                    f"SELECT {t.id_column}, {t.instance_column} FROM {t.table} WHERE {t.id_column} {cmp} %(v)s",
                     {"v": floor * f},
                 )
-                rows += [(int(r[0]) * f, str(r[1])) for r in found]
+                rows += [(int(r[0]) * f, str(r[1])) for r in await cur.fetchall()]
         return DurableState(sequence_last=sequence_last, table_max=table_max, stored_positions=stored, rows_above=rows)
 
     @property
@@ -288,6 +286,81 @@ class MultiWriterIdGenerator:
         ids: list[int] = []
         try:
             ids = await self.sequence.next_ids(txn.conn, n)
+        finally:
+            tracker.end_fetch(token, ids)
+        txn.on_complete(lambda _committed: self._complete(ids))
+        return [i * self.factor for i in ids]
+
+    async def append_txn(self, txn: Transaction, table: str, values: Mapping[str, Any]) -> int:
+        """Write a one-row fact into backing table ``table`` inside ``txn``; return its stream ID.
+
+        The ID is reserved by the ``INSERT`` itself (``nextval`` in its ``VALUES``), saving the
+        round trip of a separate reservation; the bookkeeping is the same as :meth:`get_next_txn`
+        (in flight while the statement runs, complete when ``txn`` commits or rolls back). ``values``
+        are the row's other columns; the stream ID and instance columns are filled in.
+        """
+        return (await self.append_many_txn(txn, table, [values]))[0]
+
+    async def append_many_txn(self, txn: Transaction, table: str, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Write one-row facts (one stream ID each) into ``table`` with one statement; return the IDs.
+
+        Every row must have the same columns. The IDs follow the rows' order. Columns are sent as
+        arrays (``unnest``), so their values must share one PostgreSQL type per column.
+        """
+        self._check_writer()
+        if not rows:
+            return []
+        ref = next((t for t in self.tables if t.table == table), None)
+        if ref is None:
+            raise IdGeneratorError(
+                f"stream {self.stream_name!r} has no backing table {table!r} "
+                f"(its tables: {', '.join(t.table for t in self.tables)})"
+            )
+        names = tuple(rows[0])
+        if any(tuple(r) != names for r in rows):
+            raise IdGeneratorError(f"stream {self.stream_name!r}: every appended row needs the columns {names}")
+        single = len(rows) == 1
+        key = (table, names, single)
+        sql = self._append_sql.get(key)
+        if sql is None:
+            columns = [check_name("column", c) for c in names]
+            sign = "" if self.positive else "-"
+            head = (
+                f"INSERT INTO {ref.table} ({ref.id_column}, {ref.instance_column}{''.join(', ' + c for c in columns)}) "
+            )
+            if single:
+                values = "".join(f", %({c})s" for c in columns)
+                sql = f"{head}VALUES ({sign}nextval('{self.sequence.name}'), %(__instance)s{values})"
+            else:
+                # Arrays need their element type spelled out: psycopg sends strings untyped.
+                cur = await txn.conn.execute(
+                    "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+                    "WHERE attrelid = %(t)s::regclass AND attnum > 0 AND NOT attisdropped",
+                    {"t": ref.table},
+                )
+                types = {str(r[0]): str(r[1]) for r in await cur.fetchall()}
+                unknown = [c for c in columns if c not in types]
+                if unknown:
+                    raise IdGeneratorError(f"table {ref.table!r} has no column(s) {', '.join(map(repr, unknown))}")
+                arrays = ", ".join(f"%({c})s::{types[c]}[]" for c in columns)
+                picks = "".join(f", u.{c}" for c in columns)
+                sql = (
+                    f"{head}SELECT {sign}nextval('{self.sequence.name}'), %(__instance)s{picks} "
+                    f"FROM unnest({arrays}) WITH ORDINALITY AS u({', '.join(columns)}, __n) ORDER BY u.__n"
+                )
+            sql += f" RETURNING {ref.id_column}"
+            self._append_sql[key] = sql
+        if single:
+            params: dict[str, Any] = dict(rows[0])
+        else:
+            params = {c: [r[c] for r in rows] for c in names}
+        params["__instance"] = self.instance_name
+        tracker = self.tracker
+        token = tracker.begin_fetch()
+        ids: list[int] = []
+        try:
+            cur = await txn.conn.execute(sql, params)
+            ids = sorted(int(r[0]) * self.factor for r in await cur.fetchall())
         finally:
             tracker.end_fetch(token, ids)
         txn.on_complete(lambda _committed: self._complete(ids))

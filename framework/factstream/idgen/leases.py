@@ -16,10 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from factstream.db.database import Database
+from factstream.db.database import Connection, Database
 
 # Two-key advisory locks: the first key marks factstream's namespace.
 _NAMESPACE = 0x46535457  # "FSTW"
@@ -34,15 +31,13 @@ class WriterLeases:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        self._conn: AsyncConnection | None = None
+        self._conn: Connection | None = None
         self._held: set[tuple[str, str]] = set()
         self._lock = asyncio.Lock()
 
-    async def _connection(self) -> AsyncConnection:
+    async def _connection(self) -> Connection:
         if self._conn is None:
-            conn = await self.db.engine.connect()
-            await conn.execution_options(isolation_level="AUTOCOMMIT")
-            self._conn = conn
+            self._conn = await self.db.connect(autocommit=True)
         return self._conn
 
     async def claim(self, stream_key: str, instance: str) -> None:
@@ -51,11 +46,12 @@ class WriterLeases:
             if (stream_key, instance) in self._held:
                 return
             conn = await self._connection()
-            got = await conn.execute(
-                text("SELECT pg_try_advisory_lock(:ns, hashtext(:k))"),
+            cur = await conn.execute(
+                "SELECT pg_try_advisory_lock(%(ns)s, hashtext(%(k)s))",
                 {"ns": _NAMESPACE, "k": _key(stream_key, instance)},
             )
-            if not got.scalar_one():
+            row = await cur.fetchone()
+            if not (row and row[0]):
                 raise LeaseHeldError(
                     f"another process is already running as instance {instance!r}, writing stream {stream_key!r}; "
                     "every process needs its own instance_name"
@@ -76,27 +72,22 @@ class WriterLeases:
         out = {i for i in names if (stream_key, i) in self._held}
         others = [i for i in names if i not in out]
         if others:
-            async with self.db.autocommit() as conn:
-                rows = await conn.execute(
-                    text(
-                        "SELECT k.name FROM unnest(CAST(:names AS text[])) AS k(name) WHERE EXISTS ("
-                        " SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.classid = :ns"
-                        " AND l.objsubid = 2 AND l.granted"
-                        " AND l.objid = (hashtext(:prefix || k.name)::bigint & 4294967295)::oid"
-                        ") OR EXISTS (SELECT 1 FROM pg_stat_activity a"
-                        " WHERE a.application_name = 'factstream/' || k.name)"
-                    ),
-                    {"names": others, "ns": _NAMESPACE, "prefix": _key(stream_key, "")},
-                )
-                out |= {r[0] for r in rows}
+            rows = await self.db.fetchall(
+                "SELECT k.name FROM unnest(%(names)s::text[]) AS k(name) WHERE EXISTS ("
+                " SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.classid = %(ns)s"
+                " AND l.objsubid = 2 AND l.granted"
+                " AND l.objid = (hashtext(%(prefix)s || k.name)::bigint & 4294967295)::oid"
+                ") OR EXISTS (SELECT 1 FROM pg_stat_activity a"
+                " WHERE a.application_name = 'factstream/' || k.name)",
+                {"names": others, "ns": _NAMESPACE, "prefix": _key(stream_key, "")},
+            )
+            out |= {r[0] for r in rows}
         return out
 
     async def close(self) -> None:
         """Release every lease (by closing the session)."""
         async with self._lock:
             if self._conn is not None:
-                # Really close the session (a pooled connection would keep its session locks).
-                await self._conn.invalidate()
                 await self._conn.close()
                 self._conn = None
             self._held.clear()

@@ -14,8 +14,6 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from sqlalchemy import TextClause, text
-
 from factstream.db.database import Database
 
 log = logging.getLogger(__name__)
@@ -83,11 +81,11 @@ class PositionPersister:
             log.warning("could not persist final position of %s for %s", self.instance, self.stream_key, exc_info=True)
 
 
-def upsert_position_sql(positive: bool) -> TextClause:
+def upsert_position_sql(positive: bool) -> str:
     """Monotonic upsert of one writer's position: a stored value never moves backwards."""
     cmp = "<" if positive else ">"
-    return text(
-        "INSERT INTO stream_positions (stream_name, instance_name, stream_id) VALUES (:s, :i, :p) "
+    return (
+        "INSERT INTO stream_positions (stream_name, instance_name, stream_id) VALUES (%(s)s, %(i)s, %(p)s) "
         "ON CONFLICT (stream_name, instance_name) DO UPDATE SET stream_id = EXCLUDED.stream_id "
         f"WHERE stream_positions.stream_id {cmp} EXCLUDED.stream_id"
     )

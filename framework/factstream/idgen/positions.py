@@ -69,12 +69,22 @@ class PositionTracker:
 
     def end_fetch(self, token: int, ids: Iterable[int]) -> None:
         """Record the IDs the sequence returned (none if the fetch failed)."""
-        for stream_id in ids:
-            if stream_id <= self._persisted_upto or stream_id in self._unfinished:
+        ids = list(ids)
+        if ids:
+            clash = [i for i in ids if i <= self._persisted_upto or i in self._unfinished]
+            if clash or len(set(ids)) != len(ids):
+                stream_id = clash[0] if clash else ids[0]
+                self._in_flight.remove(token)
                 raise ValueError(f"stream ID {stream_id} handed out twice (watermark {self._persisted_upto})")
-            self._unfinished.add(stream_id)
-            heapq.heappush(self._unfinished_heap, stream_id)
-            self._max_seen = max(self._max_seen, stream_id)
+            self._unfinished.update(ids)
+            heap = self._unfinished_heap
+            if len(ids) > 8:
+                heap.extend(ids)
+                heapq.heapify(heap)
+            else:
+                for stream_id in ids:
+                    heapq.heappush(heap, stream_id)
+            self._max_seen = max(self._max_seen, max(ids))
         self._in_flight.remove(token)
 
     # -- completing --------------------------------------------------------------------------------
@@ -82,11 +92,11 @@ class PositionTracker:
     def complete(self, ids: Iterable[int]) -> None:
         """Mark reserved IDs complete (committed or rolled back: both count)."""
         ids = list(ids)
-        for stream_id in ids:
-            if stream_id not in self._unfinished:
-                raise ValueError(f"stream ID {stream_id} completed but not reserved by {self.local}")
-            self._unfinished.discard(stream_id)
-            self._finished.add(stream_id)
+        stray = [i for i in ids if i not in self._unfinished]
+        if stray:
+            raise ValueError(f"stream ID {stray[0]} completed but not reserved by {self.local}")
+        self._unfinished.difference_update(ids)
+        self._finished.update(ids)
 
         limit = self._outstanding_floor()
         if limit is None:
@@ -100,7 +110,8 @@ class PositionTracker:
             self._positions[self.local] = max(self._positions.get(self.local, 0), new_position)
             self._max_local = max(self._max_local, new_position)
         for stream_id in ids:
-            self._note_complete(stream_id)
+            heapq.heappush(self._known, stream_id)
+        self._recompute()
 
     def advance(self, instance: str, position: int) -> None:
         """Another writer announced (through replication) that its position is ``position``."""

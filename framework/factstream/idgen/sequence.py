@@ -8,9 +8,7 @@ when other processes reserve at the same time.
 
 from __future__ import annotations
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from factstream.db.database import Connection
 from factstream.specs import check_name
 
 
@@ -19,40 +17,43 @@ class PostgresSequence:
 
     def __init__(self, name: str) -> None:
         self.name = check_name("sequence", name)
-        self._next_one = text(f"SELECT nextval('{name}')")
-        self._next_many = text(f"SELECT nextval('{name}') FROM generate_series(1, :n)")
-        self._head = text(f"SELECT last_value, is_called FROM {name}")
+        self._next_one = f"SELECT nextval('{name}')"
+        self._next_many = f"SELECT nextval('{name}') FROM generate_series(1, %(n)s)"
+        self._head = f"SELECT last_value, is_called FROM {name}"
 
-    async def next_ids(self, conn: AsyncConnection, n: int) -> list[int]:
+    async def next_ids(self, conn: Connection, n: int) -> list[int]:
         """Reserve ``n`` IDs (ascending)."""
         if n == 1:
-            return [int((await conn.execute(self._next_one)).scalar_one())]
-        rows = await conn.execute(self._next_many, {"n": n})
-        return sorted(int(r[0]) for r in rows)
+            cur = await conn.execute(self._next_one)
+            row = await cur.fetchone()
+            assert row is not None
+            return [int(row[0])]
+        cur = await conn.execute(self._next_many, {"n": n})
+        return sorted(int(r[0]) for r in await cur.fetchall())
 
-    async def last_allocated(self, conn: AsyncConnection) -> int:
+    async def last_allocated(self, conn: Connection) -> int:
         """The highest ID handed out so far (0 if none)."""
-        row = (await conn.execute(self._head)).one()
+        cur = await conn.execute(self._head)
+        row = await cur.fetchone()
+        assert row is not None
         last_value, is_called = int(row[0]), bool(row[1])
         return last_value if is_called else last_value - 1
 
-    async def exists(self, conn: AsyncConnection) -> bool:
-        found = await conn.execute(
-            text("SELECT 1 FROM pg_class WHERE relkind = 'S' AND relname = :name"), {"name": self.name}
+    async def exists(self, conn: Connection) -> bool:
+        cur = await conn.execute(
+            "SELECT 1 FROM pg_class WHERE relkind = 'S' AND relname = %(name)s", {"name": self.name}
         )
-        return found.first() is not None
+        return await cur.fetchone() is not None
 
-    async def set_last(self, conn: AsyncConnection, value: int) -> None:
+    async def set_last(self, conn: Connection, value: int) -> None:
         """Make ``value`` the last ID handed out; the next ``nextval`` returns ``value + 1``.
 
         Only ever moves forward (``GREATEST`` with the current head), so two processes repairing at
         once cannot move it back.
         """
         await conn.execute(
-            text(
-                f"SELECT setval('{self.name}', GREATEST(:v, (SELECT CASE WHEN is_called THEN last_value "
-                f"ELSE last_value - 1 END FROM {self.name})), true)"
-            ),
+            f"SELECT setval('{self.name}', GREATEST(%(v)s, (SELECT CASE WHEN is_called THEN last_value "
+            f"ELSE last_value - 1 END FROM {self.name})), true)",
             {"v": value},
         )
 
