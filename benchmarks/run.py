@@ -1,8 +1,8 @@
 """Run every benchmark: ``uv run python benchmarks/run.py [--seconds S]``.
 
 A scratch database is created (and dropped) on the server ``$FACTSTREAM_BENCH_DATABASE_URL``, else
-``$FACTSTREAM_TEST_DATABASE_URL``, else an embedded PostgreSQL under a temporary directory. Each benchmark measures its baseline in the same run
-and prints ratios against it.
+``$FACTSTREAM_TEST_DATABASE_URL``, else an embedded PostgreSQL under a temporary directory. Each
+benchmark measures its baseline in the same run and prints ratios against it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import idgen_append  # noqa: E402
+import idgen_append
 
 
 def main() -> None:

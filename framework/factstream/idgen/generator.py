@@ -96,7 +96,7 @@ class MultiWriterIdGenerator:
         self._listeners: list[Callable[[], None]] = []
         self._counted: list[str] = []
         self._dead: list[str] = []
-        self._append_sql: dict[tuple[str, tuple[str, ...]], str] = {}
+        self._append_sql: dict[tuple[str, tuple[str, ...], bool], str] = {}
         self.repaired_from: int | None = None
 
     @classmethod
