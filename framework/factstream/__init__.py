@@ -4,7 +4,9 @@ This module is the public API: what plugins may import. Everything else in the p
 the core and may change between releases.
 """
 
+from factstream.db.database import Database, Transaction
 from factstream.db.metadata import metadata
+from factstream.idgen.generator import IdGeneratorError, MultiWriterIdGenerator
 from factstream.errors import ConfigError, DatabaseError, FactstreamError, MigrationError, PluginError
 from factstream.migration_ops import create_stream_sequence, drop_stream_sequence
 from factstream.plugins import hookimpl
@@ -15,16 +17,20 @@ __all__ = [
     "CacheSpec",
     "CommandSpec",
     "ConfigError",
+    "Database",
     "DatabaseError",
     "ExportJobSpec",
     "FactstreamError",
+    "IdGeneratorError",
     "InvalidationSpec",
     "MigrationError",
     "MigrationSpec",
+    "MultiWriterIdGenerator",
     "PluginError",
     "RouteSpec",
     "StreamSpec",
     "StreamTable",
+    "Transaction",
     "create_stream_sequence",
     "drop_stream_sequence",
     "hookimpl",
