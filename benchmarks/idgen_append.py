@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import psycopg
@@ -72,7 +73,10 @@ def baseline(url: str, writers: int, seconds: float) -> Result:
     return Result(f"baseline psycopg, {writers} writer(s)", sum(counts), time.monotonic() - start)
 
 
-async def make_generator(db: Database) -> tuple[MultiWriterIdGenerator, WriterLeases]:
+@asynccontextmanager
+async def appender(url: str, pool_size: int) -> AsyncIterator[tuple[Database, MultiWriterIdGenerator]]:
+    """A database and a started generator for stream ``bench_facts``, closed afterwards."""
+    db = Database.from_url(url, instance_name="main", pool_size=pool_size)
     leases = WriterLeases(db)
     gen = MultiWriterIdGenerator(
         db,
@@ -84,58 +88,56 @@ async def make_generator(db: Database) -> tuple[MultiWriterIdGenerator, WriterLe
         leases=leases,
     )
     await gen.start()
-    return gen, leases
+    try:
+        yield db, gen
+    finally:
+        await gen.close()
+        await leases.close()
+        await db.close()
 
 
 async def single_fact(url: str, writers: int, seconds: float, *, append: bool = True) -> Result:
-    db = Database.from_url(url, instance_name="main", pool_size=writers + 2)
-    gen, leases = await make_generator(db)
     insert = text("INSERT INTO bench_facts (stream_id, instance_name, payload) VALUES (:id, 'main', 'fact')")
     counts = [0] * writers
-    loop = asyncio.get_running_loop()
-    stop = loop.time() + seconds
+    async with appender(url, writers + 2) as (db, gen):
+        loop = asyncio.get_running_loop()
+        stop = loop.time() + seconds
 
-    async def run(i: int) -> None:
-        while loop.time() < stop:
-            async with db.transaction() as txn:
-                if append:
-                    await gen.append_txn(txn, "bench_facts", {"payload": "fact"})
-                else:
-                    stream_id = await gen.get_next_txn(txn)
-                    await txn.execute(insert, {"id": stream_id})
-            counts[i] += 1
+        async def run(i: int) -> None:
+            while loop.time() < stop:
+                async with db.transaction() as txn:
+                    if append:
+                        await gen.append_txn(txn, "bench_facts", {"payload": "fact"})
+                    else:
+                        stream_id = await gen.get_next_txn(txn)
+                        await txn.execute(insert, {"id": stream_id})
+                counts[i] += 1
 
-    start = loop.time()
-    await asyncio.gather(*(run(i) for i in range(writers)))
-    elapsed = loop.time() - start
-    assert gen.get_current_token() >= sum(counts) + 1, "the watermark must cover every appended fact"
-    await gen.close()
-    await leases.close()
-    await db.close()
+        start = loop.time()
+        await asyncio.gather(*(run(i) for i in range(writers)))
+        elapsed = loop.time() - start
+        assert gen.get_current_token() >= sum(counts) + 1, "the watermark must cover every appended fact"
     how = "append_txn" if append else "get_next_txn + INSERT"
     return Result(f"factstream {how}, {writers} writer(s)", sum(counts), elapsed)
 
 
 async def batched(url: str, seconds: float, batch: int = 100) -> Result:
-    db = Database.from_url(url, instance_name="main", pool_size=4)
-    gen, leases = await make_generator(db)
+    """``get_next_mult_txn(batch)`` and one ``COPY`` of the rows per transaction."""
     count = 0
-    loop = asyncio.get_running_loop()
-    stop = loop.time() + seconds
-    start = loop.time()
-    while loop.time() < stop:
-        async with db.transaction() as txn:
-            ids = await gen.get_next_mult_txn(txn, batch)
-            async with (
-                txn.conn.cursor() as cur,
-                cur.copy("COPY bench_facts (stream_id, instance_name, payload) FROM STDIN") as copy,
-            ):
-                await copy.write("".join(f"{stream_id}\tmain\tfact\n" for stream_id in ids))
-        count += batch
-    elapsed = loop.time() - start
-    await gen.close()
-    await leases.close()
-    await db.close()
+    async with appender(url, 4) as (db, gen):
+        loop = asyncio.get_running_loop()
+        stop = loop.time() + seconds
+        start = loop.time()
+        while loop.time() < stop:
+            async with db.transaction() as txn:
+                ids = await gen.get_next_mult_txn(txn, batch)
+                async with (
+                    txn.conn.cursor() as cur,
+                    cur.copy("COPY bench_facts (stream_id, instance_name, payload) FROM STDIN") as copy,
+                ):
+                    await copy.write("".join(f"{stream_id}\tmain\tfact\n" for stream_id in ids))
+            count += batch
+        elapsed = loop.time() - start
     return Result(f"factstream batched get_next_mult({batch}) + COPY", count, elapsed)
 
 
@@ -192,19 +194,15 @@ def run(url: str, seconds: float = 3.0, rounds: int = 4) -> list[str]:
 
 async def batched_append(url: str, seconds: float, batch: int = 100) -> Result:
     """``append_many_txn``: a batch of facts reserved and inserted by one statement."""
-    db = Database.from_url(url, instance_name="main", pool_size=4)
-    gen, leases = await make_generator(db)
     rows = [{"payload": "fact"}] * batch
     count = 0
-    loop = asyncio.get_running_loop()
-    stop = loop.time() + seconds
-    start = loop.time()
-    while loop.time() < stop:
-        async with db.transaction() as txn:
-            await gen.append_many_txn(txn, "bench_facts", rows)
-        count += batch
-    elapsed = loop.time() - start
-    await gen.close()
-    await leases.close()
-    await db.close()
+    async with appender(url, 4) as (db, gen):
+        loop = asyncio.get_running_loop()
+        stop = loop.time() + seconds
+        start = loop.time()
+        while loop.time() < stop:
+            async with db.transaction() as txn:
+                await gen.append_many_txn(txn, "bench_facts", rows)
+            count += batch
+        elapsed = loop.time() - start
     return Result(f"factstream batched append_many_txn({batch})", count, elapsed)

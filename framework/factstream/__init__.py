@@ -6,8 +6,8 @@ the core and may change between releases.
 
 from factstream.db.database import Database, Transaction
 from factstream.db.metadata import metadata
-from factstream.idgen.generator import IdGeneratorError, MultiWriterIdGenerator
 from factstream.errors import ConfigError, DatabaseError, FactstreamError, MigrationError, PluginError
+from factstream.idgen.generator import IdGeneratorError, MultiWriterIdGenerator
 from factstream.migration_ops import create_stream_sequence, drop_stream_sequence
 from factstream.plugins import hookimpl
 from factstream.specs import CacheSpec, CommandSpec, ExportJobSpec, InvalidationSpec, MigrationSpec, RouteSpec

@@ -1,6 +1,6 @@
 """Stream ID generators: reserving IDs, tracking completion, positions and the watermark."""
 
-from factstream.idgen.generator import IdGeneratorError, MultiWriterIdGenerator, TableRef
+from factstream.idgen.generator import IdGeneratorError, MultiWriterIdGenerator
 from factstream.idgen.leases import WriterLeases
 from factstream.idgen.positions import PositionTracker
 from factstream.idgen.sequence import create_sequence_sql
@@ -9,7 +9,6 @@ __all__ = [
     "IdGeneratorError",
     "MultiWriterIdGenerator",
     "PositionTracker",
-    "TableRef",
     "WriterLeases",
     "create_sequence_sql",
 ]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from factstream.db.database import Connection, Database, Transaction
@@ -26,6 +25,7 @@ from factstream.idgen.positions import PositionTracker
 from factstream.idgen.recovery import DurableState, counted_writers, initial_tracker, plan_sequence_repair
 from factstream.idgen.sequence import PostgresSequence
 from factstream.specs import check_name
+from factstream.streams import StreamTable
 
 if TYPE_CHECKING:
     from factstream.config import Settings
@@ -39,19 +39,6 @@ DEFAULT_REPAIR_MARGIN = 10_000
 
 class IdGeneratorError(FactstreamError):
     """Misuse of a stream's ID generator (reserving on a non-writer, using it before start())."""
-
-
-@dataclass(frozen=True)
-class TableRef:
-    """A backing table: its name, the column naming the writer, the column holding the stream ID."""
-
-    table: str
-    instance_column: str
-    id_column: str
-
-    def __post_init__(self) -> None:
-        for value in (self.table, self.instance_column, self.id_column):
-            check_name("table or column", value)
 
 
 class MultiWriterIdGenerator:
@@ -68,7 +55,7 @@ class MultiWriterIdGenerator:
         *,
         stream_name: str,
         sequence_name: str,
-        tables: Sequence[TableRef | tuple[str, str, str]],
+        tables: Sequence[StreamTable | tuple[str, str, str]],
         writers: Sequence[str],
         instance_name: str,
         positive: bool = True,
@@ -81,7 +68,7 @@ class MultiWriterIdGenerator:
         self.stream_name = check_name("stream", stream_name)
         self.positions_key = positions_key or stream_name
         self.sequence = PostgresSequence(sequence_name)
-        self.tables = [t if isinstance(t, TableRef) else TableRef(*t) for t in tables]
+        self.tables = [t if isinstance(t, StreamTable) else StreamTable(*t) for t in tables]
         if not self.tables:
             raise IdGeneratorError(f"stream {stream_name!r} has no backing tables")
         self.writers = list(writers)
@@ -108,7 +95,7 @@ class MultiWriterIdGenerator:
             db,
             stream_name=spec.name,
             sequence_name=spec.sequence,
-            tables=[TableRef(t.table, t.instance_column, t.id_column) for t in spec.tables],
+            tables=list(spec.tables),
             writers=settings.writers_for(spec.name) if spec.writers == "configured" else [],
             instance_name=settings.instance_name,
             positive=spec.positive,
