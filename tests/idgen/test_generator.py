@@ -362,3 +362,25 @@ async def test_append_rejects_unknown_tables_columns_and_ragged_rows(db, make_ge
             await gen.append_many_txn(txn, "facts", [{"colour": "red"}, {"colour": "blue"}])
     assert gen.tracker.unfinished == frozenset()
     assert gen.tracker.in_flight == 0
+
+
+async def test_readded_writer_never_drags_positions_back(db, make_gen, stream_db):
+    # x writes, is removed (and stops), then is added back and starts again.
+    x = await make_gen("x", writers=["x", "y"], persist_interval=0.0)
+    y = await make_gen("y", writers=["x", "y"], persist_interval=0.0)
+    for gen in (x, y, x):
+        async with db.transaction() as txn:
+            await gen.append_txn(txn, "facts", {"payload": gen.instance_name})
+    await x.close()
+    await x.leases.close()
+    reader = await make_gen("reader", writers=["y"])  # x no longer configured, and gone: its row goes
+    assert "x" not in {r[0] for r in sql(stream_db, "SELECT instance_name FROM stream_positions")}
+    before = reader.get_current_token()
+
+    again = await make_gen("x", writers=["x", "y"])
+    reader.advance("x", again.get_current_token_for_writer("x"))
+
+    assert again.get_current_token_for_writer("x") >= 4
+    assert reader.get_current_token() >= before
+    async with db.transaction() as txn:
+        assert await again.append_txn(txn, "facts", {"payload": "x"}) == 5
