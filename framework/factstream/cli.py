@@ -23,7 +23,7 @@ from factstream.config import Settings, load_config
 from factstream.errors import FactstreamError, PluginError
 from factstream.plugins import PluginHost, load_plugins
 
-BUILTIN_COMMANDS = frozenset({"plugins", "migrate", "demo"})
+BUILTIN_COMMANDS = frozenset({"plugins", "migrate", "demo", "run"})
 
 out = Console()
 err = Console(stderr=True)
@@ -229,6 +229,32 @@ def _print_status(rows: list[Any]) -> None:
             what = "[yellow]needs upgrade[/yellow]"
         table.add_row(row.branch, row.current or "-", row.head or "-", what)
     out.print(table)
+
+
+# -- run ---------------------------------------------------------------------------------------------
+
+
+@app.command("run")
+def run_command(
+    instance: Annotated[
+        str | None, typer.Option("--instance", "-i", help="This process's instance name (default: instance_name).")
+    ] = None,
+) -> None:
+    """Run one instance: streams, replication and plugins, until Ctrl-C or SIGTERM."""
+    import asyncio
+
+    from factstream.host.app import Host
+
+    settings = state.settings
+    if instance is not None:
+        if settings.instance_map and instance not in settings.instance_map:
+            raise FactstreamError(
+                f"instance {instance!r} is not in instance_map (known: {', '.join(settings.instance_map)})"
+            )
+        settings = settings.model_copy(update={"instance_name": instance})
+    host = Host(settings, state.plugins)
+    err.print(f"factstream instance [bold]{settings.instance_name}[/bold] starting", highlight=False)
+    asyncio.run(host.run_until_stopped())
 
 
 # -- demo --------------------------------------------------------------------------------------------

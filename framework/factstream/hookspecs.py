@@ -125,9 +125,21 @@ def startup(host: Any) -> None:
 
 
 @hookspec
-def shutdown(host: Any) -> None:
-    """Called once when a host process stops, in reverse registration order.
+def on_rows(host: Any, stream: str, instance: str, token: int, rows: list[Any]) -> None:
+    """Called in a host process for every token's rows of a replicated stream, in stream order.
 
-    A coroutine function may be used and is awaited. Exceptions are logged with the plugin's name and
-    do not prevent the other plugins' shutdown hooks from running.
+    ``rows`` are instances of the stream's row type, written by ``instance`` at ``token`` (the wire
+    token: positive also for backwards streams). It runs before the stream's position advances, so
+    whatever a plugin invalidates here is invalid before anyone can observe the new position. A
+    coroutine function may be used and is awaited; exceptions are logged with the plugin's name and
+    do not stop the stream. Rows written by this process itself are not delivered here.
+    """
+
+
+@hookspec
+def shutdown(host: Any) -> None:
+    """Called once when a host process stops, in the reverse of the ``startup`` order.
+
+    A coroutine function may be used and is awaited. An exception is reported (logged by the host)
+    with the plugin's name and does not prevent the other plugins' shutdown hooks from running.
     """

@@ -47,6 +47,7 @@ REGISTRATION_HOOKS = (
 
 hookimpl = pluggy.HookimplMarker("factstream")
 trace_log = logging.getLogger("factstream.hooks")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,9 @@ def _trace_enabled(environ: Mapping[str, str]) -> bool:
 class PluginHost:
     """The loaded plugins and a typed facade over their hooks.
 
-    Hooks are called one plugin at a time (in registration order) rather than through pluggy's
-    multi-call, so that a plugin that raises or registers something invalid is reported by name.
+    Hooks are called one plugin at a time, in pluggy's call order (``tryfirst``/``trylast``, then the
+    most recently registered first), rather than through pluggy's multi-call, so that a plugin that
+    raises or registers something invalid is reported by name.
     """
 
     def __init__(self, *, trace: bool = False) -> None:
@@ -152,6 +154,28 @@ class PluginHost:
             result = self._call(plugin_name, "startup", function, host=host)
             if inspect.isawaitable(result):
                 await _named(plugin_name, "startup", result)
+
+    def has_impls(self, hook: str) -> bool:
+        return bool(getattr(self.pm.hook, hook).get_hookimpls())
+
+    async def on_rows(self, host: Any, stream: str, instance: str, token: int, rows: list[Any]) -> None:
+        """Deliver replicated rows to every ``on_rows`` implementation; failures are logged by plugin."""
+        for plugin_name, function in self._impls("on_rows"):
+            try:
+                result = self._call(
+                    plugin_name,
+                    "on_rows",
+                    function,
+                    host=host,
+                    stream=stream,
+                    instance=instance,
+                    token=token,
+                    rows=rows,
+                )
+                if inspect.isawaitable(result):
+                    await _named(plugin_name, "on_rows", result)
+            except PluginError as exc:
+                log.error("%s", exc)
 
     async def shutdown(self, host: Any) -> list[PluginError]:
         """Run every ``shutdown(host)`` in reverse order; failures are collected, not raised."""

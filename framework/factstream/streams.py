@@ -3,20 +3,34 @@
 A stream is an append-only log of facts with integer stream IDs. The spec says where its rows live
 (one or more backing tables, each with the column holding the stream ID and the column naming the
 writer instance), which Postgres sequence hands out its IDs, whether IDs grow upwards (normal) or
-downwards (a backfill stream: -1, -2, ...), who may write it, and the row type sent over replication
+downwards (a backfill stream: -2, -3, ...), who may write it, and the row type sent over replication
 (a ``msgspec.Struct`` whose fields, in order, are the wire array).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
 from factstream.specs import check_name
 
+if TYPE_CHECKING:
+    from factstream.db.database import Database
+
 WritersMode = Literal["configured", "any"]
+
+#: One update: the fact's stream ID as sent on the wire (positive, also for backwards streams) and a
+#: row of the stream's row type.
+Update = tuple[int, Any]
+
+#: ``(db, instance, from_token exclusive, upto_token inclusive, limit) -> (updates, upto_token, limited)``.
+#: Updates are sorted by token. ``limit`` is a target: when the function stops early it returns
+#: ``limited=True`` and an ``upto_token`` such that every row with a token at or below it was returned,
+#: so the rows of one token are never split between two calls.
+UpdateFunction = Callable[["Database", str, int, int, int], Awaitable[tuple[list[Update], int, bool]]]
 
 
 @dataclass(frozen=True)
@@ -41,9 +55,9 @@ class StreamSpec:
     * ``tables``: the backing tables (several for streams such as events).
     * ``sequence``: the Postgres sequence (default ``<name>_seq``); ``positions_key``: the key in
       ``stream_positions`` (default the name).
-    * ``positive``: ``False`` for a backwards stream whose IDs are -1, -2, ...
+    * ``positive``: ``False`` for a backwards stream whose IDs are -2, -3, ... (wire tokens positive)
     * ``writers``: ``"configured"`` (the instances listed under ``stream_writers`` in the config) or
-      ``"any"`` (every instance writes its own facts and positions are not persisted).
+      ``"any"`` (every instance writes its own facts).
     * ``sync_key``: the field of the sync token that follows this stream, if clients sync it.
     """
 
@@ -56,6 +70,7 @@ class StreamSpec:
     writers: WritersMode = "configured"
     sync_key: str | None = None
     description: str = ""
+    update_function: UpdateFunction | None = None
 
     def __post_init__(self) -> None:
         check_name("stream", self.name)
@@ -76,3 +91,45 @@ class StreamSpec:
     def row_fields(self) -> tuple[str, ...]:
         """The row type's field names in wire order."""
         return tuple(self.row_type.__struct_fields__)
+
+    def updates(self) -> UpdateFunction:
+        """The stream's update function: the plugin's own, or one reading the backing tables."""
+        return self.update_function or table_update_function(self)
+
+
+def table_update_function(spec: StreamSpec) -> UpdateFunction:
+    """An update function reading rows straight from the backing tables.
+
+    Every backing table must have a column for each field of the row type (same names). Rows are read
+    for one writer (``instance_column``), in token order; when more than ``limit`` rows are waiting,
+    the rows of the last token are completed with a second query so that no token is split.
+    """
+    fields = spec.row_fields
+    selects = []
+    for t in spec.tables:
+        columns = ", ".join(f"{t.table}.{f}" for f in fields)
+        wire_id = t.id_column if spec.positive else f"-{t.id_column}"
+        selects.append(
+            f"SELECT {wire_id} AS token{', ' if fields else ''}{columns} FROM {t.table} "
+            f"WHERE {t.instance_column} = %(instance)s AND {wire_id} > %(low)s AND {wire_id} <= %(high)s"
+        )
+    union = " UNION ALL ".join(selects)
+    page = f"SELECT * FROM ({union}) AS u ORDER BY token LIMIT %(limit)s"
+    rest = f"SELECT * FROM ({union}) AS u WHERE token = %(token)s"
+    row_type = spec.row_type
+
+    async def update(
+        db: Database, instance: str, from_token: int, upto_token: int, limit: int
+    ) -> tuple[list[Update], int, bool]:
+        if from_token >= upto_token:
+            return [], upto_token, False
+        params = {"instance": instance, "low": from_token, "high": upto_token, "limit": limit}
+        rows = await db.fetchall(page, params)
+        if len(rows) < limit:
+            return [(int(r[0]), row_type(*r[1:])) for r in rows], upto_token, False
+        last = int(rows[-1][0])
+        kept = [r for r in rows if int(r[0]) < last]
+        kept += await db.fetchall(rest, {**params, "token": last})
+        return [(int(r[0]), row_type(*r[1:])) for r in kept], last, True
+
+    return update

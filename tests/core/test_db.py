@@ -11,8 +11,9 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
+from factstream.db.database import Database
 from factstream.db.embedded import start_embedded
-from factstream.db.engine import check_database, create_engine, libpq_url
+from factstream.db.engine import check_database, libpq_url
 from factstream.errors import DatabaseError
 
 
@@ -22,16 +23,21 @@ def closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def test_async_engine_runs_queries(fresh_database):
-    engine = create_engine(fresh_database)
+async def test_database_runs_core_statements_and_sql_in_transactions(fresh_database):
+    db = Database(fresh_database, instance_name="tests")
     try:
-        async with engine.begin() as conn:
-            await conn.execute(text("CREATE TABLE t (x int)"))
-            await conn.execute(text("INSERT INTO t VALUES (1), (2)"))
-        async with engine.connect() as conn:
-            assert (await conn.execute(text("SELECT sum(x) FROM t"))).scalar() == 3
+        async with db.transaction() as txn:
+            await txn.execute("CREATE TABLE t (x int)")
+            await txn.execute(text("INSERT INTO t VALUES (:a), (:b)"), {"a": 1, "b": 2})
+        with pytest.raises(RuntimeError):
+            async with db.transaction() as txn:
+                await txn.execute("INSERT INTO t VALUES (%(x)s)", {"x": 100})
+                raise RuntimeError("roll back")
+        assert await db.fetchall("SELECT sum(x) FROM t") == [(3,)]
+        names = await db.fetchall("SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+        assert names == [("factstream/tests",)]
     finally:
-        await engine.dispose()
+        await db.close()
 
 
 def test_unreachable_database_is_one_clear_error():

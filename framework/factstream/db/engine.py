@@ -1,4 +1,4 @@
-"""The async SQLAlchemy engine (psycopg 3) and how the database URL is chosen."""
+"""How the database URL is chosen, URL forms for SQLAlchemy and libpq, and the reachability check."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import time
 
 import psycopg
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from factstream.config import Settings
 from factstream.db.embedded import start_embedded
@@ -29,17 +28,6 @@ def sync_url(url: str) -> str:
 def libpq_url(url: str) -> str:
     """``url`` as libpq understands it (no SQLAlchemy driver suffix)."""
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def create_engine(url: str, *, pool_size: int = 10, connect_timeout: float = 5.0) -> AsyncEngine:
-    """An async engine on psycopg 3 for ``url``."""
-    return create_async_engine(
-        sync_url(url),
-        pool_size=pool_size,
-        max_overflow=pool_size,
-        pool_pre_ping=True,
-        connect_args={"connect_timeout": max(1, int(connect_timeout))},
-    )
 
 
 def _redact(url: str) -> str:

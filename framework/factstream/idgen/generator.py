@@ -44,9 +44,10 @@ class IdGeneratorError(FactstreamError):
 class MultiWriterIdGenerator:
     """Stream IDs for one stream with any number of writers (see the module docstring).
 
-    ``writers`` lists the instances allowed to write; an empty list means anyone may write and
-    positions are not persisted. ``positive=False`` makes a backwards stream (IDs -1, -2, ...): every
-    value going in and out is negative, the sequence and the bookkeeping stay positive.
+    ``writers`` lists the instances allowed to write; an empty list means anyone may write. Every
+    writing instance persists its position (lazily). ``positive=False`` makes a backwards stream
+    (IDs -2, -3, ...; a new sequence is advanced once): every value going in and out is negative,
+    the sequence and the bookkeeping stay positive.
     """
 
     def __init__(

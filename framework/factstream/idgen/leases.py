@@ -61,10 +61,12 @@ class WriterLeases:
     async def alive(self, stream_key: str, instances: Iterable[str]) -> set[str]:
         """Which of ``instances`` may still complete a fact of ``stream_key``.
 
-        Alive means holding the lease, or still having any session open (``application_name``
-        ``factstream/<instance>``, set by :class:`~factstream.db.database.Database`): a process that
-        died can have a ``COMMIT`` in flight on a data connection for a moment after its lease
-        session is gone, and only once all its sessions have ended can nothing of it commit.
+        Alive means holding the lease, or still having a session of this database inside a
+        transaction (``application_name`` ``factstream/<instance>``, set by
+        :class:`~factstream.db.database.Database`): a process that died can have a ``COMMIT`` in
+        flight on a data connection for a moment after its lease session is gone. Idle sessions do
+        not count, so an instance that still runs but no longer writes this stream is not alive as
+        its writer.
         """
         names = sorted(set(instances))
         if not names:
@@ -76,9 +78,13 @@ class WriterLeases:
                 "SELECT k.name FROM unnest(%(names)s::text[]) AS k(name) WHERE EXISTS ("
                 " SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.classid = %(ns)s"
                 " AND l.objsubid = 2 AND l.granted"
+                " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
                 " AND l.objid = (hashtext(%(prefix)s || k.name)::bigint & 4294967295)::oid"
                 ") OR EXISTS (SELECT 1 FROM pg_stat_activity a"
-                " WHERE a.application_name = 'factstream/' || k.name)",
+                " WHERE a.datname = current_database()"
+                " AND a.application_name = left('factstream/' || k.name, 63)"
+                " AND a.state IN ('active', 'idle in transaction', 'idle in transaction (aborted)')"
+                " AND a.pid <> pg_backend_pid())",
                 {"names": others, "ns": _NAMESPACE, "prefix": _key(stream_key, "")},
             )
             out |= {r[0] for r in rows}

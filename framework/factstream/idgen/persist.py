@@ -3,8 +3,9 @@
 The reference upserted after every completed fact, which serialised writers on one row and took
 seconds under contention. Here a completion only marks the position dirty; a background task writes
 the latest value at most once per ``interval``. Nothing depends on it for crash safety: at start-up a
-writer's own position comes from the sequence, and other processes only read ``stream_positions`` as a
-lower bound. The upsert is monotonic, so a late write can never move a stored position back.
+writer's own position comes from the rows and the other writers' positions (see
+``recovery.initial_tracker``), and other processes only read ``stream_positions`` as a lower bound.
+The upsert is monotonic, so a late write can never move a stored position back.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class PositionPersister:
         position: Callable[[], int],
         *,
         positive: bool,
-        interval: float = 0.05,
+        interval: float = 0.1,
     ) -> None:
         self.db = db
         self.stream_key = stream_key
@@ -53,6 +54,9 @@ class PositionPersister:
         await asyncio.sleep(self.interval)
         try:
             await self.flush()
+            if self.position() != self._written and not self._closed:
+                # Completions that landed during the write scheduled nothing: go again.
+                self._task = asyncio.get_running_loop().create_task(self._delayed_flush())
         except Exception:
             # Positions are a lower bound only; the next completion schedules another attempt.
             log.warning("could not persist position of %s for stream %s", self.instance, self.stream_key, exc_info=True)

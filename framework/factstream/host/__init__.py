@@ -1,0 +1,1 @@
+"""The host process: one factstream instance (database, streams, replication, plugins)."""

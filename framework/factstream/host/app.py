@@ -1,0 +1,175 @@
+"""``Host``: one running factstream instance.
+
+Start-up order: configuration and plugins are already loaded; the database is reached (the
+embedded server is started when none is configured) and must be migrated; every registered stream
+gets its ID generator (claiming this writer's lease) and its replication state; the transport starts
+(Redis when ``redis.url`` is set, else TCP: a server on the main instance, a client elsewhere);
+finally the plugins' ``startup`` hooks run. Shutdown runs in reverse and persists final positions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Any
+
+from factstream.config import Settings
+from factstream.db.database import Database
+from factstream.db.engine import check_database, database_url
+from factstream.errors import ConfigError, FactstreamError
+from factstream.idgen.generator import MultiWriterIdGenerator
+from factstream.idgen.leases import WriterLeases
+from factstream.plugins import PluginHost
+from factstream.replication import commands as c
+from factstream.replication.handler import ReplicationHandler
+from factstream.replication.stream import ReplicatedStream
+from factstream.replication.streamer import ReplicationStreamer
+from factstream.replication.transport import Transport, make_transport
+
+log = logging.getLogger(__name__)
+
+RETIRED_WRITER_CHECK_SECONDS = 10.0
+
+
+class Host:
+    """A running instance: ``await host.start()``, ``await host.stop()`` (or ``run_until_stopped``)."""
+
+    def __init__(self, settings: Settings, plugins: PluginHost) -> None:
+        self.settings = settings
+        self.plugins = plugins
+        self.instance_name = settings.instance_name
+        self.db: Database | None = None
+        self.leases: WriterLeases | None = None
+        self.streams: dict[str, ReplicatedStream] = {}
+        self.handler: ReplicationHandler | None = None
+        self.streamer: ReplicationStreamer | None = None
+        self.transport: Transport | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+
+    # -- access for plugins ------------------------------------------------------------------------
+
+    def database(self) -> Database:
+        if self.db is None:
+            raise FactstreamError("the host has not started")
+        return self.db
+
+    def id_generator(self, stream: str) -> MultiWriterIdGenerator:
+        """The ID generator of a registered stream."""
+        try:
+            return self.streams[stream].id_gen
+        except KeyError:
+            raise FactstreamError(f"unknown stream {stream!r} (streams: {', '.join(self.streams)})") from None
+
+    async def wait_for_stream_position(self, instance: str, stream: str, position: int, timeout: float = 5.0) -> bool:
+        assert self.handler is not None
+        return await self.handler.wait_for_stream_position(instance, stream, position, timeout)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        settings = self.settings
+        registry = self.plugins.registry
+        unknown = sorted(set(settings.stream_writers) - set(registry.streams.names()))
+        if unknown:
+            raise ConfigError(
+                f"stream_writers names unknown stream(s) {', '.join(map(repr, unknown))} "
+                f"(registered: {', '.join(registry.streams.names()) or 'none'})"
+            )
+        url = await asyncio.to_thread(database_url, settings)
+        await asyncio.to_thread(check_database, url, settings.database.connect_timeout)
+        await asyncio.to_thread(self._check_migrated, url)
+        self.db = Database(
+            url,
+            instance_name=self.instance_name,
+            pool_size=settings.database.pool_size,
+            connect_timeout=settings.database.connect_timeout,
+        )
+        await self.db.open()
+        self.leases = WriterLeases(self.db)
+        for reg in registry.streams:
+            gen = MultiWriterIdGenerator.from_spec(self.db, reg.spec, settings, leases=self.leases)
+            await gen.start()
+            self.streams[reg.spec.name] = ReplicatedStream(reg.spec, gen, self.db)
+
+        self.handler = ReplicationHandler(self.instance_name, self.streams.values(), on_rows=[self._on_rows])
+        self.transport = make_transport(settings, self.handler)
+        self.streamer = ReplicationStreamer(
+            self.instance_name, self.streams.values(), self.transport.send, self.transport.has_peers
+        )
+        self.handler.on_replicate = lambda _conn: self.streamer.announce() if self.streamer else None
+        self.transport.on_connected = self.streamer.announce
+        await self.transport.start()
+        self.streamer.start()
+        self._tasks.append(asyncio.get_running_loop().create_task(self._check_retired(), name="retired-writers"))
+        await self.plugins.startup(self)
+        log.info("instance %s started with streams %s", self.instance_name, ", ".join(self.streams) or "(none)")
+
+    def _check_migrated(self, url: str) -> None:
+        from factstream.migrate import Migrator
+
+        migrator = Migrator(url, self.plugins)
+        try:
+            behind = [s for s in migrator.status() if not s.up_to_date]
+        finally:
+            migrator.close()
+        if behind:
+            names = ", ".join(f"{s.branch} ({s.current or 'base'} -> {s.head or 'missing'})" for s in behind)
+            raise FactstreamError(f"the database is not migrated: {names}; run `factstream migrate` first")
+
+    async def _on_rows(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> None:
+        await self.plugins.on_rows(self, stream.name, instance, token, rows)
+
+    async def _check_retired(self) -> None:
+        while True:
+            await asyncio.sleep(RETIRED_WRITER_CHECK_SECONDS)
+            for stream in self.streams.values():
+                try:
+                    gone = await stream.id_gen.check_retired_writers()
+                    if gone:
+                        log.info("stream %s: forgot writers that are gone: %s", stream.name, ", ".join(gone))
+                except Exception:
+                    log.warning("could not check retired writers of %s", stream.name, exc_info=True)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        for error in await self.plugins.shutdown(self):
+            log.error("%s", error)
+        if self.streamer is not None:
+            await self.streamer.close()
+        if self.transport is not None:
+            await self.transport.close()
+        if self.handler is not None:
+            await self.handler.close()
+        for stream in self.streams.values():
+            await stream.id_gen.close()
+        if self.leases is not None:
+            await self.leases.close()
+        if self.db is not None:
+            await self.db.close()
+        self._stopped.set()
+
+    async def run_until_stopped(self) -> None:
+        """Start, serve until SIGINT/SIGTERM, stop."""
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
+
+    def send(self, command: c.Command) -> None:
+        """Send a command to every peer (plugins' own commands)."""
+        if self.transport is not None:
+            self.transport.send(command)

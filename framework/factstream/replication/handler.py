@@ -1,0 +1,256 @@
+"""The reader side of replication: turn incoming commands into ordered, gap-free stream updates.
+
+Guarantees, per stream:
+
+* Commands are processed strictly in arrival order, one at a time (one queue and one task per
+  stream; different streams proceed in parallel). A catch-up query and a later RDATA can never race.
+* Rows are only accepted once a POSITION for that stream has been processed on the connection they
+  arrive on: before that, this process may have missed rows, and the POSITION's catch-up fills the gap
+  from the database. RDATA arriving earlier is dropped (the POSITION that follows re-reads it).
+* ``batch`` rows are buffered per (stream, writer) until the row carrying the numeric token arrives;
+  with several writers on one channel, two writers' batches can interleave (the reference keyed the
+  buffer by stream only).
+* A POSITION ``prev new`` says the writer wrote nothing in ``(prev, new]``. If this process's view of
+  that writer is outside ``[prev, new]`` it has missed something (or the writer restarted), so it
+  reads the writer's rows after its current view through the stream's update function, in token
+  order, looping while the function is limited.
+* For every token: first the plugins see the rows (cache invalidation, ``on_rows`` hooks), then the
+  ID generator advances, then waiters wake. A reader that waits for a position therefore never reads
+  state that the rows at that position made stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import inspect
+import itertools
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol
+
+from factstream.replication import commands as c
+from factstream.replication.stream import ReplicatedStream, RowError
+
+log = logging.getLogger(__name__)
+
+#: ``on_rows(stream, instance, token, rows)``: called for every token's rows before positions advance.
+RowsCallback = Callable[[ReplicatedStream, str, int, list[Any]], Awaitable[None] | None]
+#: ``on_position(stream, instance, token)``: called after a stream advanced (rows or not).
+PositionCallback = Callable[[ReplicatedStream, str, int], Awaitable[None] | None]
+
+
+class Connection(Protocol):
+    """What the handler needs of a transport connection."""
+
+    name: str
+
+    def send(self, command: c.Command) -> None: ...
+
+
+class ProtocolError(Exception):
+    """A peer sent something this process cannot accept; TCP answers ``ERROR`` and closes."""
+
+
+class ReplicationHandler:
+    """Processes RDATA and POSITION for the streams of this process (see the module docstring)."""
+
+    def __init__(
+        self,
+        instance_name: str,
+        streams: Iterable[ReplicatedStream],
+        *,
+        on_rows: Iterable[RowsCallback] = (),
+        on_position: Iterable[PositionCallback] = (),
+    ) -> None:
+        self.instance_name = instance_name
+        self.streams = {s.name: s for s in streams}
+        self.on_rows = list(on_rows)
+        self.on_position = list(on_position)
+        self.connections: list[Connection] = []
+        self._connected: dict[Connection, set[str]] = defaultdict(set)
+        self._batches: dict[tuple[str, str], list[Any]] = {}
+        self._queues: dict[str, asyncio.Queue[tuple[Connection, c.Command]]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._waiters: dict[tuple[str, str], list[tuple[int, int, asyncio.Future[None]]]] = defaultdict(list)
+        self._order = itertools.count()
+        self.on_replicate: Callable[[Connection], None] | None = None
+        self.extra_handlers: dict[str, Callable[[Connection, c.Command], Awaitable[None] | None]] = {}
+        self.rows_processed = 0
+        self._background: set[asyncio.Future[Any]] = set()
+
+    # -- connections -------------------------------------------------------------------------------
+
+    def new_connection(self, conn: Connection) -> None:
+        self.connections.append(conn)
+
+    def lost_connection(self, conn: Connection) -> None:
+        if conn in self.connections:
+            self.connections.remove(conn)
+        self._connected.pop(conn, None)
+
+    def connected_streams(self, conn: Connection) -> set[str]:
+        return set(self._connected.get(conn, ()))
+
+    # -- inbound -----------------------------------------------------------------------------------
+
+    def on_command(self, conn: Connection, cmd: c.Command) -> None:
+        """Dispatch one parsed command; raises :class:`ProtocolError` for what must close a TCP link."""
+        if isinstance(cmd, c.RdataCommand | c.PositionCommand):
+            if cmd.instance_name == self.instance_name:
+                return  # our own echo (Redis delivers our publications back to us)
+            stream = self.streams.get(cmd.stream_name)
+            if stream is None:
+                raise ProtocolError(f"unknown stream {cmd.stream_name!r}")
+            if (
+                isinstance(cmd, c.PositionCommand)
+                and cmd.stream_name in self._connected.get(conn, ())
+                and stream.can_discard_position(cmd.instance_name, cmd.new_token)
+            ):
+                return
+            self._enqueue(conn, cmd)
+        elif isinstance(cmd, c.ReplicateCommand):
+            if self.on_replicate is not None:
+                self.on_replicate(conn)
+        else:
+            handler = self.extra_handlers.get(cmd.NAME)
+            if handler is not None:
+                result = handler(conn, cmd)
+                if inspect.isawaitable(result):
+                    task = asyncio.ensure_future(result)
+                    self._background.add(task)
+                    task.add_done_callback(self._background.discard)
+
+    def _enqueue(self, conn: Connection, cmd: c.Command) -> None:
+        name = cmd.stream_name  # type: ignore[attr-defined]
+        queue = self._queues.get(name)
+        if queue is None:
+            queue = self._queues[name] = asyncio.Queue()
+            self._workers[name] = asyncio.get_running_loop().create_task(self._drain(name, queue), name=f"repl:{name}")
+        queue.put_nowait((conn, cmd))
+
+    async def _drain(self, name: str, queue: asyncio.Queue[tuple[Connection, c.Command]]) -> None:
+        while True:
+            conn, cmd = await queue.get()
+            try:
+                if isinstance(cmd, c.RdataCommand):
+                    await self._process_rdata(conn, cmd)
+                elif isinstance(cmd, c.PositionCommand):
+                    await self._process_position(conn, cmd)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("failed to process %s on stream %s", type(cmd).__name__, name)
+            finally:
+                queue.task_done()
+
+    async def _process_rdata(self, conn: Connection, cmd: c.RdataCommand) -> None:
+        stream = self.streams[cmd.stream_name]
+        try:
+            row = stream.parse_row(cmd.row)
+        except RowError:
+            log.warning("dropping RDATA with a bad row from %s: %s", cmd.instance_name, cmd.to_line()[:500])
+            return
+        if cmd.stream_name not in self._connected.get(conn, ()):
+            return  # wait for the POSITION, whose catch-up reads this row from the database
+        key = (cmd.stream_name, cmd.instance_name)
+        if cmd.token is None:
+            self._batches.setdefault(key, []).append(row)
+            return
+        rows = self._batches.pop(key, [])
+        rows.append(row)
+        if cmd.token <= stream.current_token(cmd.instance_name):
+            return  # already seen (a catch-up read it first)
+        await self._deliver(stream, cmd.instance_name, cmd.token, rows)
+
+    async def _process_position(self, conn: Connection, cmd: c.PositionCommand) -> None:
+        stream = self.streams[cmd.stream_name]
+        if cmd.stream_name in self._connected.get(conn, ()) and stream.can_discard_position(
+            cmd.instance_name, cmd.new_token
+        ):
+            return
+        for streams in self._connected.values():
+            streams.discard(cmd.stream_name)
+        self._batches.pop((cmd.stream_name, cmd.instance_name), None)
+        current = stream.current_token(cmd.instance_name)
+        missing = not (cmd.prev_token <= current <= cmd.new_token)
+        while missing:
+            updates, current, missing = await stream.get_updates_since(cmd.instance_name, current, cmd.new_token)
+            for token, group in itertools.groupby(updates, key=lambda u: u[0]):
+                await self._deliver(stream, cmd.instance_name, token, [row for _, row in group])
+        await self._deliver(stream, cmd.instance_name, cmd.new_token, [])
+        self._connected[conn].add(cmd.stream_name)
+
+    # -- delivery ----------------------------------------------------------------------------------
+
+    async def _deliver(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> None:
+        """Plugins first, then the position, then waiters: the order readers rely on."""
+        if rows:
+            for callback in self.on_rows:
+                try:
+                    result = callback(stream, instance, token, rows)
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception:
+                    log.exception("on_rows callback %r failed for %s at %s", callback, stream.name, token)
+            self.rows_processed += len(rows)
+        if token > stream.current_token(instance) or instance not in stream.id_gen.get_positions():
+            stream.advance(instance, token)
+        for position_callback in self.on_position:
+            try:
+                result = position_callback(stream, instance, token)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("on_position callback %r failed for %s at %s", position_callback, stream.name, token)
+        self._wake(stream.name, instance, token)
+
+    # -- waiting -----------------------------------------------------------------------------------
+
+    def _wake(self, stream: str, instance: str, token: int) -> None:
+        waiters = self._waiters.get((stream, instance))
+        if not waiters:
+            return
+        index = bisect.bisect_right(waiters, (token, float("inf")))
+        for _, _, future in waiters[:index]:
+            if not future.done():
+                future.set_result(None)
+        del waiters[:index]
+
+    async def wait_for_stream_position(self, instance: str, stream: str, position: int, timeout: float = 5.0) -> bool:
+        """Wait until this process has processed ``stream`` from ``instance`` up to ``position``.
+
+        Returns True when reached, False after ``timeout`` seconds (logged, not raised, as in the
+        reference: the caller proceeds with possibly stale data rather than failing).
+        """
+        if instance == self.instance_name:
+            return True
+        s = self.streams.get(stream)
+        if s is None:
+            raise KeyError(f"unknown stream {stream!r}")
+        if s.current_token(instance) >= position:
+            return True
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        bisect.insort(self._waiters[(stream, instance)], (position, next(self._order), future))
+        try:
+            await asyncio.wait_for(asyncio.shield(future), timeout)
+            return True
+        except TimeoutError:
+            log.warning("timed out after %.1fs waiting for %s from %s to reach %d", timeout, stream, instance, position)
+            return False
+
+    async def close(self) -> None:
+        for task in self._workers.values():
+            task.cancel()
+        for task in self._workers.values():
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._workers.clear()
+        self._queues.clear()
+
+    async def drained(self) -> None:
+        """Wait until every queued command has been processed (tests and orderly shutdown)."""
+        for queue in list(self._queues.values()):
+            await queue.join()

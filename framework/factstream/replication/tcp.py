@@ -1,0 +1,363 @@
+"""TCP transport: a server on the main instance, one client connection per other instance.
+
+Line protocol as in the reference: on connect the server sends ``SERVER <name>`` and a ``PING``; the
+client sends ``NAME <instance>``, a ``PING`` and ``REPLICATE``. Keepalive: each side pings every 5 s
+when it has sent nothing else; once a peer has pinged, 25 s of silence from it closes the link
+(``ERROR ping timeout``). A line longer than ``max_line`` bytes, a line that does not parse, or a
+command the peer's side may not send gets ``ERROR <reason>`` and the connection is closed; nobody
+else is affected. Outbound commands wait in a bounded queue per connection: a reader that cannot
+keep up is sent ``ERROR Failed to keep up`` and disconnected rather than buffered without bound; it
+reconnects and catches up from the database.
+
+Beyond the reference, clients may also send RDATA and POSITION (for streams they write), and the
+server relays those and REPLICATE to its other clients: the main instance is a hub, so several
+writers work over TCP too. A Synapse peer never sends them, so wire compatibility is unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Literal
+
+from factstream.replication import commands as c
+from factstream.replication.handler import ProtocolError
+
+log = logging.getLogger(__name__)
+
+PING_INTERVAL = 5.0
+PING_TIMEOUT = 25.0
+DEFAULT_MAX_LINE = 64 * 1024
+DEFAULT_MAX_QUEUE = 10_000
+
+Side = Literal["server", "client"]
+Dispatch = Callable[["TcpConnection", c.Command], None]
+
+
+class TcpConnection:
+    """One established TCP link, from either side."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        side: Side,
+        local_name: str,
+        server_name: str,
+        dispatch: Dispatch,
+        max_queue: int = DEFAULT_MAX_QUEUE,
+        ping_interval: float = PING_INTERVAL,
+        ping_timeout: float = PING_TIMEOUT,
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.side = side
+        self.local_name = local_name
+        self.server_name = server_name
+        self.dispatch = dispatch
+        self.max_queue = max_queue
+        self.ping_interval = ping_interval
+        self.ping_timeout = ping_timeout
+        peer = writer.get_extra_info("peername")
+        self.name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.inbound = c.CLIENT_SENDS | {"RDATA", "POSITION"} if side == "server" else c.SERVER_SENDS
+        self._queue: deque[bytes] = deque()
+        self._ready = asyncio.Event()
+        self._closed = asyncio.Event()
+        self._last_sent = time.monotonic()
+        self._last_received = time.monotonic()
+        self._received_ping = False
+        self.close_reason: str | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def send(self, command: c.Command) -> None:
+        """Queue a command; a full queue means the peer cannot keep up: disconnect it."""
+        if self.closed:
+            return
+        if len(self._queue) >= self.max_queue:
+            log.warning(
+                "replication peer %s cannot keep up (%d commands queued): disconnecting", self.name, len(self._queue)
+            )
+            self._queue.clear()
+            self.close("Failed to keep up")
+            return
+        self._queue.append(c.encode_line(command))
+        self._ready.set()
+
+    def close(self, error: str | None = None) -> None:
+        """Close, sending ``ERROR <error>`` first (unqueued) if given."""
+        if self.closed:
+            return
+        self.close_reason = error
+        if error is not None:
+            with contextlib.suppress(Exception):
+                self.writer.write(c.encode_line(c.ErrorCommand(error)))
+        self._closed.set()
+        self._ready.set()
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+    async def run(self) -> None:
+        """Serve the connection until it closes."""
+        tasks = [
+            asyncio.create_task(self._read_loop()),
+            asyncio.create_task(self._write_loop()),
+            asyncio.create_task(self._ping_loop()),
+        ]
+        try:
+            await self._closed.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            with contextlib.suppress(Exception):
+                self.writer.close()
+                await self.writer.wait_closed()
+
+    async def _read_loop(self) -> None:
+        try:
+            while not self.closed:
+                try:
+                    line = await self.reader.readuntil(b"\n")
+                except asyncio.LimitOverrunError:
+                    self.close("Line length exceeded")
+                    return
+                except asyncio.IncompleteReadError:
+                    self.close()
+                    return
+                self._last_received = time.monotonic()
+                if not line.strip():
+                    continue
+                try:
+                    cmd = c.parse_command(line)
+                except c.CommandParseError as exc:
+                    self.close(f"failed to parse line: {exc}")
+                    return
+                if cmd.NAME not in self.inbound:
+                    self.close(f"invalid command: {cmd.NAME}")
+                    return
+                if not self._protocol_command(cmd):
+                    return
+                try:
+                    self.dispatch(self, cmd)
+                except ProtocolError as exc:
+                    self.close(str(exc))
+                    return
+        except (ConnectionError, OSError):
+            self.close()
+
+    def _protocol_command(self, cmd: c.Command) -> bool:
+        """Handle the commands that belong to the link itself; False if the link was closed."""
+        if isinstance(cmd, c.PingCommand):
+            self._received_ping = True
+        elif isinstance(cmd, c.NameCommand):
+            self.name = cmd.name
+        elif isinstance(cmd, c.ErrorCommand):
+            log.warning("replication peer %s reported an error: %s", self.name, cmd.message)
+        elif isinstance(cmd, c.ServerCommand) and cmd.server_name != self.server_name:
+            self.close("Wrong remote")
+            return False
+        return True
+
+    async def _write_loop(self) -> None:
+        try:
+            while not self.closed:
+                await self._ready.wait()
+                self._ready.clear()
+                while self._queue and not self.closed:
+                    chunk: list[bytes] = []
+                    while self._queue and len(chunk) < 512:
+                        chunk.append(self._queue.popleft())
+                    self.writer.write(b"".join(chunk))
+                    self._last_sent = time.monotonic()
+                    await self.writer.drain()
+        except (ConnectionError, OSError):
+            self.close()
+
+    async def _ping_loop(self) -> None:
+        while not self.closed:
+            await asyncio.sleep(self.ping_interval)
+            now = time.monotonic()
+            if self._received_ping and now - self._last_received > self.ping_timeout:
+                self.close("ping timeout")
+                return
+            if now - self._last_sent >= self.ping_interval:
+                self.send(c.PingCommand(str(int(time.time() * 1000))))
+
+
+class TcpServer:
+    """The main instance's replication server."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        server_name: str,
+        local_name: str,
+        on_connect: Callable[[TcpConnection], None],
+        on_disconnect: Callable[[TcpConnection], None],
+        dispatch: Dispatch,
+        max_line: int = DEFAULT_MAX_LINE,
+        max_queue: int = DEFAULT_MAX_QUEUE,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.server_name = server_name
+        self.local_name = local_name
+        self.on_connect = on_connect
+        self.on_disconnect = on_disconnect
+        self.dispatch = dispatch
+        self.max_line = max_line
+        self.max_queue = max_queue
+        self.connections: set[TcpConnection] = set()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=self.max_line)
+        sock = self._server.sockets[0].getsockname()
+        self.port = int(sock[1])
+        log.info("replication server listening on %s:%d", self.host, self.port)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = TcpConnection(
+            reader,
+            writer,
+            side="server",
+            local_name=self.local_name,
+            server_name=self.server_name,
+            dispatch=self.dispatch,
+            max_queue=self.max_queue,
+        )
+        self.connections.add(conn)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        conn.send(c.ServerCommand(self.server_name))
+        conn.send(c.PingCommand(str(int(time.time() * 1000))))
+        self.on_connect(conn)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+            self.on_disconnect(conn)
+            if task is not None:
+                self._tasks.discard(task)
+
+    def send_all(self, command: c.Command, *, exclude: TcpConnection | None = None) -> None:
+        for conn in list(self.connections):
+            if conn is not exclude:
+                conn.send(command)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+
+
+class TcpClient:
+    """A worker's connection to the main instance, reconnecting with backoff for ever."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        server_name: str,
+        local_name: str,
+        on_connect: Callable[[TcpConnection], None],
+        on_disconnect: Callable[[TcpConnection], None],
+        dispatch: Dispatch,
+        max_line: int = DEFAULT_MAX_LINE,
+        max_queue: int = DEFAULT_MAX_QUEUE,
+        max_backoff: float = 5.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.server_name = server_name
+        self.local_name = local_name
+        self.on_connect = on_connect
+        self.on_disconnect = on_disconnect
+        self.dispatch = dispatch
+        self.max_line = max_line
+        self.max_queue = max_queue
+        self.max_backoff = max_backoff
+        self.connection: TcpConnection | None = None
+        self.connected = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.connects = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="repl-tcp-client")
+
+    async def _run(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection(self.host, self.port, limit=self.max_line)
+            except OSError as exc:
+                log.info(
+                    "cannot reach replication server %s:%d (%s); retrying in %.1fs", self.host, self.port, exc, delay
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.max_backoff)
+                continue
+            delay = 0.1
+            conn = TcpConnection(
+                reader,
+                writer,
+                side="client",
+                local_name=self.local_name,
+                server_name=self.server_name,
+                dispatch=self.dispatch,
+                max_queue=self.max_queue,
+            )
+            conn.name = f"{self.host}:{self.port}"
+            self.connection = conn
+            self.connects += 1
+            conn.send(c.NameCommand(self.local_name))
+            conn.send(c.PingCommand(str(int(time.time() * 1000))))
+            self.on_connect(conn)
+            conn.send(c.ReplicateCommand())
+            self.connected.set()
+            try:
+                await conn.run()
+            finally:
+                self.connected.clear()
+                self.connection = None
+                self.on_disconnect(conn)
+                log.info(
+                    "replication connection to %s:%d lost (%s)", self.host, self.port, conn.close_reason or "closed"
+                )
+            await asyncio.sleep(delay)
+
+    def send_all(self, command: c.Command, *, exclude: TcpConnection | None = None) -> None:
+        conn = self.connection
+        if conn is not None and conn is not exclude:
+            conn.send(command)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self.connection is not None:
+            self.connection.close()

@@ -1,0 +1,106 @@
+"""The transport interface the host uses, and the choice between TCP and Redis.
+
+Both transports deliver parsed commands to the :class:`ReplicationHandler` and broadcast what the
+streamer sends. TCP: the main instance runs the server and relays RDATA, POSITION and REPLICATE
+between its clients; every other instance connects to it. Redis: every instance publishes to and
+subscribes to one channel named after the deployment.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from factstream.config import Settings
+from factstream.errors import ConfigError
+from factstream.replication import commands as c
+from factstream.replication.handler import ReplicationHandler
+from factstream.replication.tcp import TcpClient, TcpConnection, TcpServer
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REPLICATION_PORT = 9092
+
+
+class Transport(Protocol):
+    on_connected: Callable[[], None] | None
+
+    async def start(self) -> None: ...
+
+    def send(self, command: c.Command) -> None: ...
+
+    def has_peers(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+class TcpTransport:
+    """TCP replication: server on the main instance (a hub relaying writers' commands), client elsewhere."""
+
+    def __init__(self, settings: Settings, handler: ReplicationHandler) -> None:
+        self.settings = settings
+        self.handler = handler
+        self.on_connected: Callable[[], None] | None = None
+        main = settings.main_instance
+        endpoint = settings.instance_map.get(main)
+        self.host = endpoint.host if endpoint else "127.0.0.1"
+        self.port = (endpoint.replication_port if endpoint else None) or DEFAULT_REPLICATION_PORT
+        self.is_server = settings.instance_name == main
+        self.endpoint: TcpServer | TcpClient | None = None
+
+    def _dispatch(self, conn: TcpConnection, cmd: c.Command) -> None:
+        if self.is_server and isinstance(cmd, c.RdataCommand | c.PositionCommand | c.ReplicateCommand):
+            assert isinstance(self.endpoint, TcpServer)
+            self.endpoint.send_all(cmd, exclude=conn)  # the hub relays writers' commands
+        self.handler.on_command(conn, cmd)
+
+    def _connected(self, conn: TcpConnection) -> None:
+        self.handler.new_connection(conn)
+        if not self.is_server and self.on_connected is not None:
+            self.on_connected()
+
+    async def start(self) -> None:
+        common: dict[str, Any] = {
+            "server_name": self.settings.deployment,
+            "local_name": self.settings.instance_name,
+            "on_connect": self._connected,
+            "on_disconnect": self.handler.lost_connection,
+            "dispatch": self._dispatch,
+        }
+        if self.is_server:
+            server = TcpServer(
+                "0.0.0.0" if self.host not in ("127.0.0.1", "localhost") else self.host, self.port, **common
+            )
+            try:
+                await server.start()
+            except OSError as exc:
+                raise ConfigError(f"cannot listen for replication on {self.host}:{self.port}: {exc}") from exc
+            self.endpoint = server
+        else:
+            client = TcpClient(self.host, self.port, **common)
+            client.start()
+            self.endpoint = client
+
+    def send(self, command: c.Command) -> None:
+        if self.endpoint is not None:
+            self.endpoint.send_all(command)
+
+    def has_peers(self) -> bool:
+        if isinstance(self.endpoint, TcpServer):
+            return bool(self.endpoint.connections)
+        return isinstance(self.endpoint, TcpClient) and self.endpoint.connection is not None
+
+    async def close(self) -> None:
+        if self.endpoint is not None:
+            await self.endpoint.close()
+
+
+def make_transport(settings: Settings, handler: ReplicationHandler) -> Transport:
+    if settings.redis.url:
+        from factstream.replication.redis import RedisTransport
+
+        return RedisTransport(settings, handler)
+    if len(settings.instance_map) > 1 and settings.main_instance not in settings.instance_map:
+        raise ConfigError("instance_map must list the main instance first")
+    return TcpTransport(settings, handler)
