@@ -55,3 +55,36 @@ async def test_worker_receives_every_fact_in_order(make_hosts, transport):
     assert {(s, i) for s, i, _, _ in got} == {("notes", "main")}
     assert await worker.wait_for_stream_position("main", "notes", ids[-1], timeout=5)
     assert worker.id_generator("notes").get_current_token() == ids[-1]
+
+
+GARBAGE = [
+    (b"\x00\xff\xfe binary \x80\n", "ERROR failed to parse line"),
+    (b"FROBNICATE now\n", "ERROR failed to parse line: unknown command 'FROBNICATE'"),
+    (b"PING " + b"x" * (1024 * 1024) + b"\n", "ERROR Line length exceeded"),
+    (b'RDATA nosuchstream main 5 ["x"]\n', "ERROR unknown stream 'nosuchstream'"),
+    (b'RDATA notes worker2 5 ["x"\n', "ERROR failed to parse line: RDATA"),
+    (b"SERVER impostor\n", "ERROR invalid command: SERVER"),
+]
+
+
+@pytest.mark.parametrize(("garbage", "error"), GARBAGE, ids=[e for _, e in GARBAGE])
+async def test_garbage_on_the_tcp_port_gets_an_error_and_a_closed_connection(make_hosts, garbage, error):
+    main = await make_hosts("main")
+    worker = await make_hosts("worker1")
+    await until(lambda: "notes" in next(iter(worker.handler._connected.values()), set()))
+    port = main.transport.endpoint.port
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"NAME vandal\n")
+    writer.write(garbage)
+    await writer.drain()
+    lines = []
+    while line := await asyncio.wait_for(reader.readline(), 5):
+        lines.append(line.decode(errors="replace"))
+    writer.close()
+
+    assert lines[0].startswith("SERVER test")
+    assert lines[-1].startswith(error), lines[-1]
+    # Everyone else is still served, and nothing was lost.
+    ids = await append_notes(main, 20)
+    await until(lambda: [t for _, _, t, _ in received("worker1")] == ids)

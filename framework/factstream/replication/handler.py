@@ -64,6 +64,7 @@ class ReplicationHandler:
         *,
         on_rows: Iterable[RowsCallback] = (),
         on_position: Iterable[PositionCallback] = (),
+        max_backlog: int = 10_000,
     ) -> None:
         self.instance_name = instance_name
         self.streams = {s.name: s for s in streams}
@@ -80,6 +81,11 @@ class ReplicationHandler:
         self.extra_handlers: dict[str, Callable[[Connection, c.Command], Awaitable[None] | None]] = {}
         self.rows_processed = 0
         self._background: set[asyncio.Future[Any]] = set()
+        #: Above this many queued commands, transports stop reading until processing catches up:
+        #: the backlog then builds on the sender, which disconnects a reader that cannot keep up.
+        self.max_backlog = max_backlog
+        self._capacity = asyncio.Event()
+        self._capacity.set()
 
     # -- connections -------------------------------------------------------------------------------
 
@@ -99,11 +105,11 @@ class ReplicationHandler:
     def on_command(self, conn: Connection, cmd: c.Command) -> None:
         """Dispatch one parsed command; raises :class:`ProtocolError` for what must close a TCP link."""
         if isinstance(cmd, c.RdataCommand | c.PositionCommand):
-            if cmd.instance_name == self.instance_name:
-                return  # our own echo (Redis delivers our publications back to us)
             stream = self.streams.get(cmd.stream_name)
             if stream is None:
                 raise ProtocolError(f"unknown stream {cmd.stream_name!r}")
+            if cmd.instance_name == self.instance_name:
+                return  # our own echo (Redis delivers our publications back to us)
             if (
                 isinstance(cmd, c.PositionCommand)
                 and cmd.stream_name in self._connected.get(conn, ())
@@ -130,6 +136,17 @@ class ReplicationHandler:
             queue = self._queues[name] = asyncio.Queue()
             self._workers[name] = asyncio.get_running_loop().create_task(self._drain(name, queue), name=f"repl:{name}")
         queue.put_nowait((conn, cmd))
+        if self.backlog() >= self.max_backlog:
+            self._capacity.clear()
+
+    def backlog(self) -> int:
+        """Commands received and not yet processed, over all streams."""
+        return sum(q.qsize() for q in self._queues.values())
+
+    async def wait_for_capacity(self) -> None:
+        """Return once the backlog is below ``max_backlog`` (transports await this between reads)."""
+        if not self._capacity.is_set():
+            await self._capacity.wait()
 
     async def _drain(self, name: str, queue: asyncio.Queue[tuple[Connection, c.Command]]) -> None:
         while True:
@@ -145,6 +162,8 @@ class ReplicationHandler:
                 log.exception("failed to process %s on stream %s", type(cmd).__name__, name)
             finally:
                 queue.task_done()
+                if not self._capacity.is_set() and self.backlog() < self.max_backlog // 2:
+                    self._capacity.set()
 
     async def _process_rdata(self, conn: Connection, cmd: c.RdataCommand) -> None:
         stream = self.streams[cmd.stream_name]

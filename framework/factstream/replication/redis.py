@@ -126,6 +126,7 @@ class RedisTransport:
                     if message.get("type") != "message":
                         continue
                     self._handle(link, message["data"])
+                    await self.handler.wait_for_capacity()  # Redis disconnects us if we lag too far
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:

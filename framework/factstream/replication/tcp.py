@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from factstream.replication import commands as c
@@ -36,6 +36,7 @@ DEFAULT_MAX_QUEUE = 10_000
 
 Side = Literal["server", "client"]
 Dispatch = Callable[["TcpConnection", c.Command], None]
+Capacity = Callable[[], Awaitable[None]]
 
 
 class TcpConnection:
@@ -53,6 +54,7 @@ class TcpConnection:
         max_queue: int = DEFAULT_MAX_QUEUE,
         ping_interval: float = PING_INTERVAL,
         ping_timeout: float = PING_TIMEOUT,
+        capacity: Capacity | None = None,
     ) -> None:
         self.reader = reader
         self.writer = writer
@@ -60,6 +62,7 @@ class TcpConnection:
         self.local_name = local_name
         self.server_name = server_name
         self.dispatch = dispatch
+        self.capacity = capacity
         self.max_queue = max_queue
         self.ping_interval = ping_interval
         self.ping_timeout = ping_timeout
@@ -100,10 +103,10 @@ class TcpConnection:
         if error is not None:
             with contextlib.suppress(Exception):
                 self.writer.write(c.encode_line(c.ErrorCommand(error)))
+                if self.writer.can_write_eof():
+                    self.writer.write_eof()
         self._closed.set()
         self._ready.set()
-        with contextlib.suppress(Exception):
-            self.writer.close()
 
     async def run(self) -> None:
         """Serve the connection until it closes."""
@@ -120,6 +123,13 @@ class TcpConnection:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+            if self.close_reason is not None:
+                # Lingering close: closing with unread input makes the kernel send a reset, which
+                # destroys the ERROR line before the peer reads it. Discard input briefly first.
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(1.0):
+                        while await self.reader.read(65536):
+                            pass
             with contextlib.suppress(Exception):
                 self.writer.close()
                 await self.writer.wait_closed()
@@ -153,6 +163,8 @@ class TcpConnection:
                 except ProtocolError as exc:
                     self.close(str(exc))
                     return
+                if self.capacity is not None:
+                    await self.capacity()  # stop reading while this process is behind
         except (ConnectionError, OSError):
             self.close()
 
@@ -210,6 +222,7 @@ class TcpServer:
         dispatch: Dispatch,
         max_line: int = DEFAULT_MAX_LINE,
         max_queue: int = DEFAULT_MAX_QUEUE,
+        capacity: Capacity | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -218,6 +231,7 @@ class TcpServer:
         self.on_connect = on_connect
         self.on_disconnect = on_disconnect
         self.dispatch = dispatch
+        self.capacity = capacity
         self.max_line = max_line
         self.max_queue = max_queue
         self.connections: set[TcpConnection] = set()
@@ -239,6 +253,7 @@ class TcpServer:
             server_name=self.server_name,
             dispatch=self.dispatch,
             max_queue=self.max_queue,
+            capacity=self.capacity,
         )
         self.connections.add(conn)
         task = asyncio.current_task()
@@ -289,6 +304,7 @@ class TcpClient:
         max_line: int = DEFAULT_MAX_LINE,
         max_queue: int = DEFAULT_MAX_QUEUE,
         max_backoff: float = 5.0,
+        capacity: Capacity | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -297,6 +313,7 @@ class TcpClient:
         self.on_connect = on_connect
         self.on_disconnect = on_disconnect
         self.dispatch = dispatch
+        self.capacity = capacity
         self.max_line = max_line
         self.max_queue = max_queue
         self.max_backoff = max_backoff
@@ -329,6 +346,7 @@ class TcpClient:
                 server_name=self.server_name,
                 dispatch=self.dispatch,
                 max_queue=self.max_queue,
+                capacity=self.capacity,
             )
             conn.name = f"{self.host}:{self.port}"
             self.connection = conn

@@ -16,7 +16,7 @@ from factstream.config import Settings
 from factstream.errors import ConfigError
 from factstream.replication import commands as c
 from factstream.replication.handler import ReplicationHandler
-from factstream.replication.tcp import TcpClient, TcpConnection, TcpServer
+from factstream.replication.tcp import DEFAULT_MAX_QUEUE, TcpClient, TcpConnection, TcpServer
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +48,13 @@ class TcpTransport:
         self.port = (endpoint.replication_port if endpoint else None) or DEFAULT_REPLICATION_PORT
         self.is_server = settings.instance_name == main
         self.endpoint: TcpServer | TcpClient | None = None
+        self.max_queue = DEFAULT_MAX_QUEUE
 
     def _dispatch(self, conn: TcpConnection, cmd: c.Command) -> None:
+        self.handler.on_command(conn, cmd)  # raises ProtocolError for what must not be relayed
         if self.is_server and isinstance(cmd, c.RdataCommand | c.PositionCommand | c.ReplicateCommand):
             assert isinstance(self.endpoint, TcpServer)
             self.endpoint.send_all(cmd, exclude=conn)  # the hub relays writers' commands
-        self.handler.on_command(conn, cmd)
 
     def _connected(self, conn: TcpConnection) -> None:
         self.handler.new_connection(conn)
@@ -67,6 +68,8 @@ class TcpTransport:
             "on_connect": self._connected,
             "on_disconnect": self.handler.lost_connection,
             "dispatch": self._dispatch,
+            "capacity": self.handler.wait_for_capacity,
+            "max_queue": self.max_queue,
         }
         if self.is_server:
             server = TcpServer(
