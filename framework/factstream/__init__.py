@@ -8,6 +8,7 @@ from factstream.db.database import Database, Transaction
 from factstream.db.metadata import metadata
 from factstream.errors import ConfigError, DatabaseError, FactstreamError, MigrationError, PluginError
 from factstream.idgen.generator import IdGeneratorError, MultiWriterIdGenerator
+from factstream.idgen.leases import WriterLeases
 from factstream.migration_ops import create_stream_sequence, drop_stream_sequence
 from factstream.plugins import hookimpl
 from factstream.specs import CacheSpec, CommandSpec, ExportJobSpec, InvalidationSpec, MigrationSpec, RouteSpec
@@ -31,6 +32,7 @@ __all__ = [
     "StreamSpec",
     "StreamTable",
     "Transaction",
+    "WriterLeases",
     "create_stream_sequence",
     "drop_stream_sequence",
     "hookimpl",

@@ -63,7 +63,8 @@ def run_demo(state: State, out: Console) -> None:
         positions.add_column(col)
     known = {(r.stream_name, r.instance_name): r.stream_id for r in rows}
     for reg in host.registry.streams:
-        for writer in settings.writers_for(reg.spec.name) if reg.spec.writers == "configured" else ["(any)"]:
+        # Streams anyone may write show the instances that have written them (the rows below).
+        for writer in settings.writers_for(reg.spec.name) if reg.spec.writers == "configured" else []:
             pos = known.pop((reg.spec.name, writer), None)
             positions.add_row(reg.spec.name, writer, "-" if pos is None else str(pos))
     for (stream, writer), pos in sorted(known.items()):
