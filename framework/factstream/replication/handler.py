@@ -36,6 +36,9 @@ from factstream.replication.stream import ReplicatedStream, RowError
 
 log = logging.getLogger(__name__)
 
+#: Rows per update-function call when catching up from the database.
+CATCH_UP_PAGE_ROWS = 2_000
+
 #: ``on_rows(stream, instance, token, rows)``: called for every token's rows before positions advance.
 RowsCallback = Callable[[ReplicatedStream, str, int, list[Any]], Awaitable[None] | None]
 #: ``on_position(stream, instance, token)``: called after a stream advanced (rows or not).
@@ -196,27 +199,35 @@ class ReplicationHandler:
         current = stream.current_token(cmd.instance_name)
         missing = not (cmd.prev_token <= current <= cmd.new_token)
         while missing:
-            updates, current, missing = await stream.get_updates_since(cmd.instance_name, current, cmd.new_token)
+            updates, upto, missing = await stream.get_updates_since(
+                cmd.instance_name, current, cmd.new_token, limit=CATCH_UP_PAGE_ROWS
+            )
+            # A page at a time: every token's rows to the plugins, then one advance to the page's end.
             for token, group in itertools.groupby(updates, key=lambda u: u[0]):
-                await self._deliver(stream, cmd.instance_name, token, [row for _, row in group])
+                await self._call_on_rows(stream, cmd.instance_name, token, [row for _, row in group])
+            if missing:
+                await self._deliver(stream, cmd.instance_name, upto, [])
+            current = upto
         await self._deliver(stream, cmd.instance_name, cmd.new_token, [])
         self._connected[conn].add(cmd.stream_name)
 
     # -- delivery ----------------------------------------------------------------------------------
 
+    async def _call_on_rows(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> None:
+        for callback in self.on_rows:
+            try:
+                result = callback(stream, instance, token, rows)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("on_rows callback %r failed for %s at %s", callback, stream.name, token)
+        self.rows_processed += len(rows)
+
     async def _deliver(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> None:
         """Plugins first, then the position, then waiters: the order readers rely on."""
         if rows:
-            for callback in self.on_rows:
-                try:
-                    result = callback(stream, instance, token, rows)
-                    if inspect.isawaitable(result):
-                        await result
-                except Exception:
-                    log.exception("on_rows callback %r failed for %s at %s", callback, stream.name, token)
-            self.rows_processed += len(rows)
-        if token > stream.current_token(instance) or instance not in stream.id_gen.get_positions():
-            stream.advance(instance, token)
+            await self._call_on_rows(stream, instance, token, rows)
+        stream.advance(instance, token)
         for position_callback in self.on_position:
             try:
                 result = position_callback(stream, instance, token)
