@@ -97,6 +97,8 @@ class PluginHost:
         self.plugins: dict[str, PluginInfo] = {}
         self.trace = trace
         self._registry: Registry | None = None
+        self._impl_cache: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
+        self._params: dict[Callable[..., Any], frozenset[str]] = {}
         if trace:
             self.pm.trace.root.setwriter(lambda msg: trace_log.info("%s", msg.rstrip()))
             self.pm.enable_tracing()
@@ -114,6 +116,7 @@ class PluginHost:
             raise PluginError(f"plugin {name!r} has an invalid hook implementation: {exc}") from exc
         self.plugins[name] = info or PluginInfo(name, _module_name(plugin), None, None)
         self._registry = None
+        self._impl_cache.clear()
 
     def check_pending(self) -> None:
         """Fail loudly if any hook implementation has no matching spec (a misspelt hook)."""
@@ -192,6 +195,9 @@ class PluginHost:
     # -- internals ---------------------------------------------------------------------------------
 
     def _impls(self, hook: str) -> list[tuple[str, Callable[..., Any]]]:
+        cached = self._impl_cache.get(hook)
+        if cached is not None:
+            return cached
         caller = getattr(self.pm.hook, hook)
         out = []
         # pluggy calls the list from the end: honour its order (tryfirst/trylast, last-registered first).
@@ -201,10 +207,13 @@ class PluginHost:
                     f"plugin {impl.plugin_name!r} wraps hook {hook}; factstream hooks do not support wrappers"
                 )
             out.append((impl.plugin_name, impl.function))
+        self._impl_cache[hook] = out
         return out
 
     def _call(self, plugin_name: str, hook: str, function: Callable[..., Any], **kwargs: Any) -> Any:
-        wanted = inspect.signature(function).parameters
+        wanted = self._params.get(function)
+        if wanted is None:
+            wanted = self._params[function] = frozenset(inspect.signature(function).parameters)
         args = {k: v for k, v in kwargs.items() if k in wanted}
         if self.trace:
             trace_log.info("call %s.%s(%s)", plugin_name, hook, ", ".join(args))

@@ -94,7 +94,8 @@ class Host:
             await gen.start()
             self.streams[reg.spec.name] = ReplicatedStream(reg.spec, gen, self.db)
 
-        self.handler = ReplicationHandler(self.instance_name, self.streams.values(), on_rows=[self._on_rows])
+        on_rows = [self._on_rows] if self.plugins.has_impls("on_rows") else []
+        self.handler = ReplicationHandler(self.instance_name, self.streams.values(), on_rows=on_rows)
         self.transport = make_transport(settings, self.handler)
         self.streamer = ReplicationStreamer(
             self.instance_name, self.streams.values(), self.transport.send, self.transport.has_peers
@@ -132,6 +133,27 @@ class Host:
                         log.info("stream %s: forgot writers that are gone: %s", stream.name, ", ".join(gone))
                 except Exception:
                     log.warning("could not check retired writers of %s", stream.name, exc_info=True)
+
+    async def disconnect_replication(self) -> None:
+        """Drop this instance's replication links (fault injection, maintenance)."""
+        if self.transport is not None:
+            await self.transport.close()
+            self.transport = None
+        assert self.handler is not None
+        for conn in list(self.handler.connections):
+            self.handler.lost_connection(conn)
+
+    async def connect_replication(self) -> None:
+        """(Re)start the transport; on connecting, peers' POSITIONs make this instance catch up."""
+        assert self.handler is not None and self.streamer is not None
+        if self.transport is not None:
+            await self.disconnect_replication()
+        transport = make_transport(self.settings, self.handler)
+        transport.on_connected = self.streamer.announce
+        self.streamer.send = transport.send
+        self.streamer.has_peers = transport.has_peers
+        self.transport = transport
+        await transport.start()
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -68,7 +68,9 @@ class TcpConnection:
         self.ping_timeout = ping_timeout
         peer = writer.get_extra_info("peername")
         self.name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.inbound = c.CLIENT_SENDS | {"RDATA", "POSITION"} if side == "server" else c.SERVER_SENDS
+        # Beyond the reference: writers' RDATA/POSITION go to the hub, which relays them and
+        # REPLICATE to the other clients (see the module docstring).
+        self.inbound = c.CLIENT_SENDS | {"RDATA", "POSITION"} if side == "server" else c.SERVER_SENDS | {"REPLICATE"}
         self._queue: deque[bytes] = deque()
         self._ready = asyncio.Event()
         self._closed = asyncio.Event()
