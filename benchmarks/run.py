@@ -15,12 +15,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import codec
 import idgen_append
+import replication_e2e
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement (default 3)")
+    parser.add_argument(
+        "--only", choices=["idgen", "codec", "replication"], action="append", help="run only these (repeatable)"
+    )
+    parser.add_argument("--catch-up-facts", type=int, default=1_000_000, help="facts behind for the catch-up test")
     args = parser.parse_args()
     server = os.environ.get("FACTSTREAM_BENCH_DATABASE_URL") or os.environ.get("FACTSTREAM_TEST_DATABASE_URL")
     if not server:
@@ -36,9 +42,20 @@ def main() -> None:
         migrator = Migrator(url, load_plugins())
         migrator.upgrade()
         migrator.close()
-        print(f"idgen append ({args.seconds:g} s each):", flush=True)
-        for line in idgen_append.run(url, args.seconds):
-            print("  " + line, flush=True)
+        only = set(args.only or ["idgen", "codec", "replication"])
+        if "idgen" in only:
+            print(f"idgen append ({args.seconds:g} s each):", flush=True)
+            for line in idgen_append.run(url, args.seconds):
+                print("  " + line, flush=True)
+        if "codec" in only:
+            print("replication codec:", flush=True)
+            for line in codec.run(args.seconds):
+                print("  " + line, flush=True)
+        if "replication" in only:
+            redis_url = os.environ.get("FACTSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+            print("replication end to end (hosts in one process):", flush=True)
+            for line in replication_e2e.run(url, redis_url, args.seconds, args.catch_up_facts):
+                print("  " + line, flush=True)
     finally:
         drop_database(url)
 
