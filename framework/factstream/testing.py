@@ -39,7 +39,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from factstream.db.embedded import start_embedded
+from factstream.db.embedded import start_embedded, stop_embedded
 from factstream.db.engine import libpq_url
 from factstream.db.metadata import metadata
 from factstream.plugins import PluginHost, load_plugins
@@ -52,7 +52,7 @@ TEST_REDIS_ENV = "FACTSTREAM_TEST_REDIS_URL"
 
 
 @pytest.fixture(scope="session")
-def factstream_server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+def factstream_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A PostgreSQL server URL: ``$FACTSTREAM_TEST_DATABASE_URL`` or an embedded server for the session."""
     url = os.environ.get(TEST_DATABASE_ENV)
     if not url and _services_required():
@@ -63,8 +63,11 @@ def factstream_server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
                 conn.execute("SELECT 1")
         except psycopg.OperationalError as exc:
             pytest.exit(f"{TEST_DATABASE_ENV}={url} is not reachable: {exc}", returncode=3)
-        return url
-    return start_embedded(tmp_path_factory.mktemp("factstream-state"))
+        yield url
+        return
+    state = tmp_path_factory.mktemp("factstream-state")
+    yield start_embedded(state)
+    stop_embedded(state)
 
 
 def create_database(server_url: str, prefix: str = "fs_test") -> str:

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from factstream.db.database import Database
-from factstream.db.embedded import start_embedded
+from factstream.db.embedded import start_embedded, stop_embedded
 from factstream.db.engine import check_database, libpq_url
 from factstream.errors import DatabaseError
 
@@ -80,7 +80,7 @@ def test_embedded_server_keeps_data_across_runs_and_stops_when_the_process_exits
     state = tmp_path / "state"
     script = (
         "import sys, psycopg\n"
-        "from factstream.db.embedded import start_embedded\n"
+        "from factstream.db.embedded import start_embedded, stop_embedded\n"
         "url = start_embedded(__import__('pathlib').Path(sys.argv[1]))\n"
         "with psycopg.connect(url, autocommit=True) as c:\n"
         "    c.execute('CREATE TABLE IF NOT EXISTS runs (n int)')\n"
@@ -100,11 +100,15 @@ def test_embedded_server_keeps_data_across_runs_and_stops_when_the_process_exits
 
 def test_embedded_server_is_shared_within_a_process(tmp_path):
     first = start_embedded(tmp_path)
-    second = start_embedded(tmp_path)
+    try:
+        second = start_embedded(tmp_path)
 
-    assert first == second
-    with psycopg.connect(libpq_url(first)) as conn:
-        assert conn.execute("SELECT current_database()").fetchone() == ("factstream",)
+        assert first == second
+        with psycopg.connect(libpq_url(first)) as conn:
+            assert conn.execute("SELECT current_database()").fetchone() == ("factstream",)
+    finally:
+        stop_embedded(tmp_path)
+    assert not (tmp_path / "postgres" / "postmaster.pid").exists()
 
 
 def test_embedded_server_failure_is_reported_with_the_log(tmp_path):

