@@ -1,12 +1,14 @@
 """End-to-end replication on loopback: commit to reader callback, over TCP and over Redis.
 
-The hosts are real ``Host`` objects (the same code ``factstream run`` runs) sharing one event loop,
-so writer and readers compete for one core as they would on a busy machine:
+The hosts are real ``Host`` objects (the same code ``factstream run`` runs). For latency and catch-up
+writer and reader share one event loop (so both compete for one core); for throughput each reader
+runs in its own process:
 
 * latency: one fact per transaction at 1,000 facts/s; the reader's ``on_rows`` records the delay
   from the writer's COMMIT returning to the rows reaching it (p50, p99);
 * throughput: the writer appends batches of 100 as fast as it can for a while, first with no readers
-  (the baseline) and then with two readers; facts/s delivered to the readers vs the write rate;
+  (the baseline) and then with two readers, each in its own process; facts/s delivered to the slowest
+  reader (rows it received over the time from the first write to its last row) vs the write rate;
 * catch-up: 1,000,000 facts written while no reader runs; a reader then starts from behind (its
   position is older than the facts) and reads them from the database.
 """
@@ -141,40 +143,98 @@ async def latency(url: str, redis_url: str | None, seconds: float, rate: int = 1
     return p50, p99, len(delays)
 
 
-async def throughput(url: str, redis_url: str | None, seconds: float, readers: int) -> tuple[float, float]:
-    """(write rate, delivered rate per reader) for batches of 100."""
+def _reader_process(
+    url: str, redis_url: str | None, name: str, names: list[str], port: int, deployment: str, pipe: Any
+) -> None:
+    """A reader host in its own process: reports ready, then (rows, first, last) once it has ``target`` rows."""
     probe = Probe()
-    delivered: dict[str, int] = {}
-    last_seen: dict[str, float] = {}
+    seen = {"rows": 0, "first": 0.0, "last": 0.0}
 
-    def on_rows(instance: str, _token: int, rows: list[Any]) -> None:
-        delivered[instance] = delivered.get(instance, 0) + len(rows)
-        last_seen[instance] = time.perf_counter()
+    def on_rows(_instance: str, _token: int, rows: list[Any]) -> None:
+        now = time.time()
+        if not seen["rows"]:
+            seen["first"] = now
+        seen["rows"] += len(rows)
+        seen["last"] = now
 
     probe.callback = on_rows
-    rows = [{"key": "k"}] * 100
-    async with cluster(url, redis_url, readers, probe) as hosts:
-        main = hosts[0]
+
+    async def main() -> None:
+        host = Host(
+            _settings(url, redis_url, name, names, port, deployment), load_plugins(extra=[("bench_probe", probe)])
+        )
+        await host.start()
+        while not any("bench_e2e" in s for s in host.handler._connected.values()):
+            await asyncio.sleep(0.01)
+        pipe.send("ready")
+        target = await asyncio.to_thread(pipe.recv)
+        deadline = time.time() + 120
+        while seen["rows"] < target and time.time() < deadline:
+            await asyncio.sleep(0.01)
+        pipe.send((seen["rows"], seen["first"], seen["last"]))
+        await host.stop()
+
+    asyncio.run(main())
+
+
+def _settings(url: str, redis_url: str | None, name: str, names: list[str], port: int, deployment: str) -> Any:
+    return load_config(
+        environ={},
+        deployment=deployment,
+        instance_name=name,
+        database={"url": url, "pool_size": 6},
+        redis={"url": redis_url} if redis_url else {},
+        instance_map={n: {"host": "127.0.0.1", "replication_port": port} for n in names},
+        stream_writers={"bench_e2e": ["main"]},
+    )
+
+
+async def throughput(url: str, redis_url: str | None, seconds: float, readers: int) -> tuple[float, float]:
+    """(write rate, slowest reader's delivered rate) for batches of 100; readers in their own processes."""
+    import multiprocessing
+
+    port = free_port()
+    deployment = f"bench{port}"
+    names = ["main"] + [f"r{i}" for i in range(1, readers + 1)]
+    main = Host(
+        _settings(url, redis_url, "main", names, port, deployment), load_plugins(extra=[("bench_probe", Probe())])
+    )
+    await main.start()
+    ctx = multiprocessing.get_context("spawn")
+    procs = []
+    try:
+        for name in names[1:]:
+            ours, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_reader_process, args=(url, redis_url, name, names, port, deployment, theirs))
+            proc.start()
+            procs.append((proc, ours))
+        for _, pipe in procs:
+            if not await asyncio.to_thread(pipe.poll, 60):
+                raise RuntimeError("a reader did not start")
+            pipe.recv()
         gen = main.id_generator("bench_e2e")
         db = main.database()
+        rows = [{"key": "k"}] * 100
         written = 0
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds:
+        start = time.time()
+        while time.time() - start < seconds:
             async with db.transaction() as txn:
                 await gen.append_many_txn(txn, "bench_e2e", rows)
             written += 100
-        write_time = time.perf_counter() - start
-        deadline = time.perf_counter() + 60
-        while readers and min(delivered.get(h.instance_name, 0) for h in hosts[1:]) < written:
-            if time.perf_counter() > deadline:
-                break
-            await asyncio.sleep(0.01)
-    if not readers:
-        return written / write_time, 0.0
-    slowest = min(
-        delivered.get(f"r{i}", 0) / (last_seen.get(f"r{i}", start + 1e9) - start) for i in range(1, readers + 1)
-    )
-    return written / write_time, slowest
+        write_rate = written / (time.time() - start)
+        rates = []
+        for _, pipe in procs:
+            pipe.send(written)
+        for _, pipe in procs:
+            count, _first, last = await asyncio.to_thread(pipe.recv)
+            rates.append(count / (last - start) if count >= written else 0.0)
+        return write_rate, min(rates) if rates else 0.0
+    finally:
+        for proc, _ in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+        await main.stop()
 
 
 async def catch_up(url: str, redis_url: str | None, facts: int) -> float:
@@ -198,7 +258,7 @@ async def catch_up(url: str, redis_url: str | None, facts: int) -> float:
         count[0] = 0
         start = time.perf_counter()
         await reader.connect_replication()
-        while reader.id_generator("bench_e2e").get_current_token_for_writer("main") < target:  # noqa: ASYNC110
+        while reader.id_generator("bench_e2e").get_current_token_for_writer("main") < target:
             await asyncio.sleep(0.005)
         elapsed = time.perf_counter() - start
     assert count[0] == facts, f"the reader saw {count[0]} of {facts} facts"

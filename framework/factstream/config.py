@@ -62,6 +62,16 @@ class RedisConfig(_Section):
         return value
 
 
+class ReplicationConfig(_Section):
+    """``replication``: limits of the replication links."""
+
+    max_line: int = Field(default=64 * 1024, ge=1024, description="longest accepted TCP line, bytes")
+    max_queue: int = Field(default=10_000, ge=10, description="commands queued per TCP peer before disconnecting it")
+    max_backlog: int = Field(
+        default=10_000, ge=10, description="received commands waiting to be processed before reading pauses"
+    )
+
+
 class InstanceEndpoint(_Section):
     """One entry of ``instance_map``: where an instance listens."""
 
@@ -82,6 +92,7 @@ class Settings(BaseSettings):
     state_dir: Path = Field(default=Path(".factstream"), description="embedded database, exports, checkpoints")
     database: DatabaseConfig = DatabaseConfig()
     redis: RedisConfig = RedisConfig()
+    replication: ReplicationConfig = ReplicationConfig()
     instance_map: dict[str, InstanceEndpoint] = Field(default_factory=dict)
     stream_writers: dict[str, list[str]] = Field(default_factory=dict)
 

@@ -95,7 +95,9 @@ class Host:
             self.streams[reg.spec.name] = ReplicatedStream(reg.spec, gen, self.db)
 
         on_rows = [self._on_rows] if self.plugins.has_impls("on_rows") else []
-        self.handler = ReplicationHandler(self.instance_name, self.streams.values(), on_rows=on_rows)
+        self.handler = ReplicationHandler(
+            self.instance_name, self.streams.values(), on_rows=on_rows, max_backlog=settings.replication.max_backlog
+        )
         self.transport = make_transport(settings, self.handler)
         self.streamer = ReplicationStreamer(
             self.instance_name, self.streams.values(), self.transport.send, self.transport.has_peers

@@ -265,7 +265,8 @@ class ReplicationHandler:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         bisect.insort(self._waiters[(stream, instance)], (position, next(self._order), future))
         try:
-            await asyncio.wait_for(asyncio.shield(future), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(future)
             return True
         except TimeoutError:
             log.warning("timed out after %.1fs waiting for %s from %s to reach %d", timeout, stream, instance, position)

@@ -68,8 +68,11 @@ class ReplicationStreamer:
 
     async def _run(self) -> None:
         while True:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+            # arrives as the event is set, and close() would then wait for ever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.tick)
+                async with asyncio.timeout(self.tick):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self.send_pending()

@@ -77,6 +77,7 @@ class TcpConnection:
         self._last_sent = time.monotonic()
         self._last_received = time.monotonic()
         self._received_ping = False
+        self._paused = False
         self.close_reason: str | None = None
 
     @property
@@ -166,7 +167,13 @@ class TcpConnection:
                     self.close(str(exc))
                     return
                 if self.capacity is not None:
-                    await self.capacity()  # stop reading while this process is behind
+                    self._paused = True
+                    try:
+                        await self.capacity()  # stop reading while this process is behind
+                    finally:
+                        self._paused = False
+                        # Time spent not reading is not silence from the peer.
+                        self._last_received = time.monotonic()
         except (ConnectionError, OSError):
             self.close()
 
@@ -202,7 +209,7 @@ class TcpConnection:
         while not self.closed:
             await asyncio.sleep(self.ping_interval)
             now = time.monotonic()
-            if self._received_ping and now - self._last_received > self.ping_timeout:
+            if self._received_ping and not self._paused and now - self._last_received > self.ping_timeout:
                 self.close("ping timeout")
                 return
             if now - self._last_sent >= self.ping_interval:

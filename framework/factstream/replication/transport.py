@@ -16,7 +16,7 @@ from factstream.config import Settings
 from factstream.errors import ConfigError
 from factstream.replication import commands as c
 from factstream.replication.handler import ReplicationHandler
-from factstream.replication.tcp import DEFAULT_MAX_QUEUE, TcpClient, TcpConnection, TcpServer
+from factstream.replication.tcp import TcpClient, TcpConnection, TcpServer
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,6 @@ class TcpTransport:
         self.port = (endpoint.replication_port if endpoint else None) or DEFAULT_REPLICATION_PORT
         self.is_server = settings.instance_name == main
         self.endpoint: TcpServer | TcpClient | None = None
-        self.max_queue = DEFAULT_MAX_QUEUE
 
     def _dispatch(self, conn: TcpConnection, cmd: c.Command) -> None:
         self.handler.on_command(conn, cmd)  # raises ProtocolError for what must not be relayed
@@ -69,7 +68,8 @@ class TcpTransport:
             "on_disconnect": self.handler.lost_connection,
             "dispatch": self._dispatch,
             "capacity": self.handler.wait_for_capacity,
-            "max_queue": self.max_queue,
+            "max_queue": self.settings.replication.max_queue,
+            "max_line": self.settings.replication.max_line,
         }
         if self.is_server:
             server = TcpServer(
