@@ -22,6 +22,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from factstream.replication import commands as c
@@ -216,66 +217,63 @@ class TcpConnection:
                 self.send(c.PingCommand(str(int(time.time() * 1000))))
 
 
-class TcpServer:
-    """The main instance's replication server."""
+@dataclass(frozen=True)
+class Link:
+    """What both ends of a TCP link need: names, callbacks into the host and limits."""
 
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        *,
-        server_name: str,
-        local_name: str,
-        on_connect: Callable[[TcpConnection], None],
-        on_disconnect: Callable[[TcpConnection], None],
-        dispatch: Dispatch,
-        max_line: int = DEFAULT_MAX_LINE,
-        max_queue: int = DEFAULT_MAX_QUEUE,
-        capacity: Capacity | None = None,
-    ) -> None:
-        self.host = host
-        self.port = port
-        self.server_name = server_name
-        self.local_name = local_name
-        self.on_connect = on_connect
-        self.on_disconnect = on_disconnect
-        self.dispatch = dispatch
-        self.capacity = capacity
-        self.max_line = max_line
-        self.max_queue = max_queue
-        self.connections: set[TcpConnection] = set()
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+    server_name: str
+    local_name: str
+    on_connect: Callable[[TcpConnection], None]
+    on_disconnect: Callable[[TcpConnection], None]
+    dispatch: Dispatch
+    max_line: int = DEFAULT_MAX_LINE
+    max_queue: int = DEFAULT_MAX_QUEUE
+    capacity: Capacity | None = None
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=self.max_line)
-        sock = self._server.sockets[0].getsockname()
-        self.port = int(sock[1])
-        log.info("replication server listening on %s:%d", self.host, self.port)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = TcpConnection(
+    def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, side: Side) -> TcpConnection:
+        return TcpConnection(
             reader,
             writer,
-            side="server",
+            side=side,
             local_name=self.local_name,
             server_name=self.server_name,
             dispatch=self.dispatch,
             max_queue=self.max_queue,
             capacity=self.capacity,
         )
+
+
+class TcpServer:
+    """The main instance's replication server."""
+
+    def __init__(self, host: str, port: int, link: Link) -> None:
+        self.host = host
+        self.port = port
+        self.link = link
+        self.connections: set[TcpConnection] = set()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=self.link.max_line)
+        sock = self._server.sockets[0].getsockname()
+        self.port = int(sock[1])
+        log.info("replication server listening on %s:%d", self.host, self.port)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = self.link.connection(reader, writer, "server")
         self.connections.add(conn)
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
-        conn.send(c.ServerCommand(self.server_name))
+        conn.send(c.ServerCommand(self.link.server_name))
         conn.send(c.PingCommand(str(int(time.time() * 1000))))
-        self.on_connect(conn)
+        self.link.on_connect(conn)
         try:
             await conn.run()
         finally:
             self.connections.discard(conn)
-            self.on_disconnect(conn)
+            self.link.on_disconnect(conn)
             if task is not None:
                 self._tasks.discard(task)
 
@@ -300,31 +298,10 @@ class TcpServer:
 class TcpClient:
     """A worker's connection to the main instance, reconnecting with backoff for ever."""
 
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        *,
-        server_name: str,
-        local_name: str,
-        on_connect: Callable[[TcpConnection], None],
-        on_disconnect: Callable[[TcpConnection], None],
-        dispatch: Dispatch,
-        max_line: int = DEFAULT_MAX_LINE,
-        max_queue: int = DEFAULT_MAX_QUEUE,
-        max_backoff: float = 5.0,
-        capacity: Capacity | None = None,
-    ) -> None:
+    def __init__(self, host: str, port: int, link: Link, *, max_backoff: float = 5.0) -> None:
         self.host = host
         self.port = port
-        self.server_name = server_name
-        self.local_name = local_name
-        self.on_connect = on_connect
-        self.on_disconnect = on_disconnect
-        self.dispatch = dispatch
-        self.capacity = capacity
-        self.max_line = max_line
-        self.max_queue = max_queue
+        self.link = link
         self.max_backoff = max_backoff
         self.connection: TcpConnection | None = None
         self.connected = asyncio.Event()
@@ -338,7 +315,7 @@ class TcpClient:
         delay = 0.1
         while True:
             try:
-                reader, writer = await asyncio.open_connection(self.host, self.port, limit=self.max_line)
+                reader, writer = await asyncio.open_connection(self.host, self.port, limit=self.link.max_line)
             except OSError as exc:
                 log.info(
                     "cannot reach replication server %s:%d (%s); retrying in %.1fs", self.host, self.port, exc, delay
@@ -347,22 +324,13 @@ class TcpClient:
                 delay = min(delay * 2, self.max_backoff)
                 continue
             delay = 0.1
-            conn = TcpConnection(
-                reader,
-                writer,
-                side="client",
-                local_name=self.local_name,
-                server_name=self.server_name,
-                dispatch=self.dispatch,
-                max_queue=self.max_queue,
-                capacity=self.capacity,
-            )
+            conn = self.link.connection(reader, writer, "client")
             conn.name = f"{self.host}:{self.port}"
             self.connection = conn
             self.connects += 1
-            conn.send(c.NameCommand(self.local_name))
+            conn.send(c.NameCommand(self.link.local_name))
             conn.send(c.PingCommand(str(int(time.time() * 1000))))
-            self.on_connect(conn)
+            self.link.on_connect(conn)
             conn.send(c.ReplicateCommand())
             self.connected.set()
             try:
@@ -370,7 +338,7 @@ class TcpClient:
             finally:
                 self.connected.clear()
                 self.connection = None
-                self.on_disconnect(conn)
+                self.link.on_disconnect(conn)
                 log.info(
                     "replication connection to %s:%d lost (%s)", self.host, self.port, conn.close_reason or "closed"
                 )

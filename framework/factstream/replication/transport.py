@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from factstream.config import Settings
 from factstream.errors import ConfigError
 from factstream.replication import commands as c
 from factstream.replication.handler import ReplicationHandler
-from factstream.replication.tcp import TcpClient, TcpConnection, TcpServer
+from factstream.replication.tcp import Link, TcpClient, TcpConnection, TcpServer
 
 log = logging.getLogger(__name__)
 
@@ -61,27 +61,27 @@ class TcpTransport:
             self.on_connected()
 
     async def start(self) -> None:
-        common: dict[str, Any] = {
-            "server_name": self.settings.deployment,
-            "local_name": self.settings.instance_name,
-            "on_connect": self._connected,
-            "on_disconnect": self.handler.lost_connection,
-            "dispatch": self._dispatch,
-            "capacity": self.handler.wait_for_capacity,
-            "max_queue": self.settings.replication.max_queue,
-            "max_line": self.settings.replication.max_line,
-        }
+        limits = self.settings.replication
+        link = Link(
+            server_name=self.settings.deployment,
+            local_name=self.settings.instance_name,
+            on_connect=self._connected,
+            on_disconnect=self.handler.lost_connection,
+            dispatch=self._dispatch,
+            max_line=limits.max_line,
+            max_queue=limits.max_queue,
+            capacity=self.handler.wait_for_capacity,
+        )
         if self.is_server:
-            server = TcpServer(
-                "0.0.0.0" if self.host not in ("127.0.0.1", "localhost") else self.host, self.port, **common
-            )
+            listen = "0.0.0.0" if self.host not in ("127.0.0.1", "localhost") else self.host
+            server = TcpServer(listen, self.port, link)
             try:
                 await server.start()
             except OSError as exc:
                 raise ConfigError(f"cannot listen for replication on {self.host}:{self.port}: {exc}") from exc
             self.endpoint = server
         else:
-            client = TcpClient(self.host, self.port, **common)
+            client = TcpClient(self.host, self.port, link)
             client.start()
             self.endpoint = client
 
