@@ -87,15 +87,7 @@ async def cluster(url: str, redis_url: str | None, readers: int, probe: Probe) -
     hosts = []
     try:
         for name in names:
-            settings = load_config(
-                environ={},
-                deployment=deployment,
-                instance_name=name,
-                database={"url": url, "pool_size": 6},
-                redis={"url": redis_url} if redis_url else {},
-                instance_map={n: {"host": "127.0.0.1", "replication_port": port} for n in names},
-                stream_writers={"bench_e2e": ["main"]},
-            )
+            settings = _settings(url, redis_url, name, names, port, deployment)
             host = Host(settings, load_plugins(extra=[("bench_probe", probe)]))
             await host.start()
             hosts.append(host)
