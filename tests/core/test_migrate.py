@@ -11,9 +11,12 @@ import pytest
 
 from factstream.db.engine import libpq_url
 from factstream.errors import MigrationError
-from factstream.migrate import CORE_BASE_REVISION, Migrator
+from factstream.migrate import Migrator
 from factstream.plugins import load_plugins
 from factstream.testing import PluginInstaller
+
+#: The core branch's newest revision (plugins depend on CORE_BASE_REVISION, the first).
+CORE_HEAD = "fs_core_0002"
 
 
 def tables(url: str) -> set[str]:
@@ -57,7 +60,7 @@ def test_upgrade_applies_every_branch(migrator, fresh_database):
 
     assert {"stream_positions", "instance_map", "notes"} <= tables(fresh_database)
     assert status(migrator) == {
-        "factstream": (CORE_BASE_REVISION, CORE_BASE_REVISION, True),
+        "factstream": (CORE_HEAD, CORE_HEAD, True),
         "notes": ("notes_0001", "notes_0001", True),
     }
 
@@ -77,7 +80,7 @@ def test_plugin_branch_downgrades_and_upgrades_without_touching_the_core(migrato
     migrator.downgrade_to_base("notes")
     assert "notes" not in tables(fresh_database)
     assert status(migrator)["notes"] == (None, "notes_0001", True)
-    assert status(migrator)["factstream"] == (CORE_BASE_REVISION, CORE_BASE_REVISION, True)
+    assert status(migrator)["factstream"] == (CORE_HEAD, CORE_HEAD, True)
 
     migrator.upgrade("notes")
     assert "notes" in tables(fresh_database)
@@ -165,7 +168,7 @@ def test_first_revision_of_a_new_plugin_starts_its_branch_on_the_core(plugin_ins
 
     source = path.read_text()
     assert 'branch_labels: str | Sequence[str] | None = ("fresh",)' in source
-    assert f'depends_on: str | Sequence[str] | None = "{CORE_BASE_REVISION}"' in source
+    assert f'depends_on: str | Sequence[str] | None = "{CORE_HEAD}"' in source
     assert path.parent == plugin.package_dir / "migrations"
     Migrator(fresh_database, load_plugins()).upgrade()
 
@@ -188,7 +191,7 @@ def test_uninstalled_plugin_is_reported_by_name_with_the_detach_command(
     assert "revision 'notes_0001' belongs to plugin 'notes', which is not installed" in str(info.value)
     assert "factstream migrate detach notes" in str(info.value)
     assert status(after) == {
-        "factstream": (CORE_BASE_REVISION, CORE_BASE_REVISION, True),
+        "factstream": (CORE_HEAD, CORE_HEAD, True),
         "notes": ("notes_0001", None, False),
     }
 
@@ -203,7 +206,7 @@ def test_detach_forgets_the_plugin_keeps_its_tables_and_the_core_revision(
     assert after.detach("notes") == "notes_0001"
     after.upgrade()
 
-    assert status(after) == {"factstream": (CORE_BASE_REVISION, CORE_BASE_REVISION, True)}
+    assert status(after) == {"factstream": (CORE_HEAD, CORE_HEAD, True)}
     assert "notes" in tables(fresh_database)
 
 
@@ -217,7 +220,7 @@ def test_cli_migrate_status_down_and_new(plugin_installer, notes, fresh_database
     down = run_cli("migrate", "down", "--plugin", "notes", env=env)
     assert down.returncode == 0, down.stderr
     assert re.search(r"notes\s+│\s+-\s+│\s+notes_0001\s+│\s+needs upgrade", down.stdout)
-    assert re.search(r"factstream\s+│\s+fs_core_0001\s+│\s+fs_core_0001\s+│\s+up to date", down.stdout)
+    assert re.search(r"factstream\s+│\s+fs_core_0002\s+│\s+fs_core_0002\s+│\s+up to date", down.stdout)
 
     new = run_cli("migrate", "new", "--plugin", "notes", "-m", "add index", env=env)
     assert new.returncode == 0, new.stderr

@@ -7,7 +7,7 @@ migration history says.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, Table, Text
+from sqlalchemy import BigInteger, Column, DateTime, Index, Integer, MetaData, Table, Text, func
 
 metadata = MetaData()
 
@@ -37,4 +37,24 @@ migration_branches = Table(
     metadata,
     Column("branch", Text, primary_key=True),
     Column("revision", Text, nullable=False),
+)
+
+#: The order of the fields of a sync token: ``position`` is fixed once a key is recorded; new keys are
+#: appended, so tokens stay valid across restarts and when a plugin is added.
+sync_token_keys = Table(
+    "sync_token_keys",
+    metadata,
+    Column("position", Integer, primary_key=True),
+    Column("sync_key", Text, nullable=False, unique=True),
+)
+
+#: Per export job: the stream ID up to which (inclusive) facts are in committed output.
+export_checkpoints = Table(
+    "export_checkpoints",
+    metadata,
+    Column("job", Text, primary_key=True),
+    Column("stream_name", Text, nullable=False),
+    Column("upto", BigInteger, nullable=False),
+    Column("output", Text, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
