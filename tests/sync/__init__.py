@@ -1,0 +1,1 @@
+"""Tests of factstream.sync: tokens, the key layout, instance IDs and the notifier."""
