@@ -4,6 +4,7 @@ This module is the public API: what plugins may import. Everything else in the p
 the core and may change between releases.
 """
 
+from factstream.caches import BadKey, CacheRegistry, LruCache, cached, cached_specs
 from factstream.db.database import Database, Transaction
 from factstream.db.metadata import metadata
 from factstream.errors import ConfigError, DatabaseError, FactstreamError, MigrationError, PluginError
@@ -11,10 +12,21 @@ from factstream.idgen.generator import IdGeneratorError, MultiWriterIdGenerator
 from factstream.idgen.leases import WriterLeases
 from factstream.migration_ops import create_stream_sequence, drop_stream_sequence
 from factstream.plugins import hookimpl
-from factstream.specs import CacheSpec, CommandSpec, ExportJobSpec, InvalidationSpec, MigrationSpec, RouteSpec
+from factstream.specs import (
+    CURRENT_STATE_CACHE_NAME,
+    CacheSpec,
+    CommandSpec,
+    ExportJobSpec,
+    InvalidationSpec,
+    MigrationSpec,
+    RouteSpec,
+)
 from factstream.streams import StreamSpec, StreamTable
 
 __all__ = [
+    "CURRENT_STATE_CACHE_NAME",
+    "BadKey",
+    "CacheRegistry",
     "CacheSpec",
     "CommandSpec",
     "ConfigError",
@@ -24,6 +36,7 @@ __all__ = [
     "FactstreamError",
     "IdGeneratorError",
     "InvalidationSpec",
+    "LruCache",
     "MigrationError",
     "MigrationSpec",
     "MultiWriterIdGenerator",
@@ -33,6 +46,8 @@ __all__ = [
     "StreamTable",
     "Transaction",
     "WriterLeases",
+    "cached",
+    "cached_specs",
     "create_stream_sequence",
     "drop_stream_sequence",
     "hookimpl",

@@ -72,6 +72,18 @@ class ReplicationConfig(_Section):
     )
 
 
+class CachesConfig(_Section):
+    """``caches``: retention of the caches stream (its rows are only needed while readers catch up)."""
+
+    retention_seconds: float = Field(
+        default=7 * 24 * 3600, gt=0, description="rows of the caches stream older than this are deleted"
+    )
+    retention_batch_ids: int = Field(default=20_000, ge=1, description="stream IDs covered by one delete")
+    retention_interval_seconds: float = Field(
+        default=3600, gt=0, description="pause between retention runs (at most 60 s while behind)"
+    )
+
+
 class InstanceEndpoint(_Section):
     """One entry of ``instance_map``: where an instance listens."""
 
@@ -93,6 +105,7 @@ class Settings(BaseSettings):
     database: DatabaseConfig = DatabaseConfig()
     redis: RedisConfig = RedisConfig()
     replication: ReplicationConfig = ReplicationConfig()
+    caches: CachesConfig = CachesConfig()
     instance_map: dict[str, InstanceEndpoint] = Field(default_factory=dict)
     stream_writers: dict[str, list[str]] = Field(default_factory=dict)
 

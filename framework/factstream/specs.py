@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 #: Names of streams, caches, jobs, commands and sync keys: lower-case identifiers, usable as SQL and
 #: alembic branch labels without quoting.
@@ -30,26 +30,84 @@ def check_name(kind: str, value: object) -> str:
     return value
 
 
+#: Cache names with a meaning of their own on the caches stream (the reference's "fake" caches):
+#: ``cs_cache_fake`` (a room's current state changed), ``ph_cache_fake`` (history purged) and
+#: ``dr_cache_fake`` (room deleted). No cache may be registered under them, and they cannot be
+#: invalidated wholesale (a row with a null key).
+CURRENT_STATE_CACHE_NAME = "cs_cache_fake"
+SPECIAL_CACHE_NAMES = frozenset({CURRENT_STATE_CACHE_NAME, "ph_cache_fake", "dr_cache_fake"})
+
+#: What a key of a cache that depends on a room's current state is made of (see ``CacheSpec``).
+RoomStateKey = Literal["room", "member", "room_member", "all"]
+_ROOM_STATE_ARITY: dict[str, int | None] = {"room": 1, "member": 1, "room_member": 2, "all": None}
+_DEFAULT_ROOM_STATE_KEY: dict[int, RoomStateKey] = {0: "all", 1: "room", 2: "room_member"}
+
+#: Types a key component may have. Keys travel as text on the caches stream; components declared
+#: ``int`` are converted back on the reader.
+KEY_COMPONENT_TYPES: tuple[type, ...] = (str, int)
+
+
 @dataclass(frozen=True)
 class CacheSpec:
     """A named cache a plugin reads through.
 
     ``key_arity`` is the number of components of each key (``("@alice:hs", "m.push_rules")`` has 2);
-    invalidations with another arity are refused. ``depends_on_room_state`` marks caches that the
-    ``cs_cache_fake`` fan-out must clear when a room's current state changes.
+    invalidations with another arity are refused. ``key_types`` gives each component's type, ``str``
+    or ``int`` (default: every component is a ``str``); a key component of another type is refused.
+
+    ``depends_on_room_state`` marks caches that the ``cs_cache_fake`` fan-out must clear when a
+    room's current state changes; ``room_state_key`` says which keys the fan-out invalidates:
+
+    * ``"room"``: keys are ``(room_id,)``: the room's key, on every change of its state;
+    * ``"member"``: keys are ``(user_id,)``: one key per member whose membership changed;
+    * ``"room_member"``: keys are ``(room_id, user_id)``: one key per changed member;
+    * ``"all"``: the whole cache is cleared (for keys that cannot be derived, e.g. pairs of users).
+
+    When left out it follows from ``key_arity``: 1 is ``"room"``, 2 is ``"room_member"``, 0 is ``"all"``.
     """
 
     name: str
     max_size: int = 10_000
     key_arity: int = 1
     depends_on_room_state: bool = False
+    room_state_key: RoomStateKey | None = None
+    key_types: tuple[type, ...] = ()
 
     def __post_init__(self) -> None:
         check_name("cache", self.name)
+        if self.name in SPECIAL_CACHE_NAMES:
+            raise ValueError(f"cache name {self.name!r} is reserved for the caches stream's special rows")
         if not isinstance(self.max_size, int) or self.max_size < 1:
             raise ValueError(f"cache {self.name!r}: max_size must be a positive integer, not {self.max_size!r}")
         if not isinstance(self.key_arity, int) or self.key_arity < 0:
             raise ValueError(f"cache {self.name!r}: key_arity must be >= 0, not {self.key_arity!r}")
+        types = tuple(self.key_types) or (str,) * self.key_arity
+        if len(types) != self.key_arity or any(t not in KEY_COMPONENT_TYPES for t in types):
+            raise ValueError(
+                f"cache {self.name!r}: key_types must give str or int for each of the {self.key_arity} key "
+                f"component(s), not {self.key_types!r}"
+            )
+        object.__setattr__(self, "key_types", types)
+        mode = self.room_state_key
+        if not self.depends_on_room_state:
+            if mode is not None:
+                raise ValueError(f"cache {self.name!r}: room_state_key needs depends_on_room_state=True")
+            return
+        if mode is None:
+            mode = _DEFAULT_ROOM_STATE_KEY.get(self.key_arity)
+            if mode is None:
+                raise ValueError(f"cache {self.name!r}: say which keys room-state changes invalidate (room_state_key)")
+            object.__setattr__(self, "room_state_key", mode)
+        if mode not in _ROOM_STATE_ARITY:
+            raise ValueError(
+                f"cache {self.name!r}: room_state_key must be one of {', '.join(_ROOM_STATE_ARITY)}, not {mode!r}"
+            )
+        arity = _ROOM_STATE_ARITY[mode]
+        if arity is not None and (self.key_arity != arity or types != (str,) * arity):
+            raise ValueError(
+                f"cache {self.name!r}: room_state_key {mode!r} needs keys of {arity} str component(s), "
+                f"not key_arity={self.key_arity} with key_types={types!r}"
+            )
 
 
 @dataclass(frozen=True)

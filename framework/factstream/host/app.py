@@ -4,7 +4,9 @@ Start-up order: configuration and plugins are already loaded; the database is re
 embedded server is started when none is configured) and must be migrated; every registered stream
 gets its ID generator (claiming this writer's lease) and its replication state; the transport starts
 (Redis when ``redis.url`` is set, else TCP: a server on the main instance, a client elsewhere);
-finally the plugins' ``startup`` hooks run. Shutdown runs in reverse and persists final positions.
+finally the plugins' ``startup`` hooks run. The cache registry (``host.caches``) is built before the
+transport starts, so no replicated invalidation can arrive before the caches exist. Shutdown runs in
+reverse and persists final positions.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import logging
 import signal
 from typing import Any
 
+from factstream.caches.invalidate import CACHES_STREAM
+from factstream.caches.registry import CacheRegistry
 from factstream.config import Settings
 from factstream.db.database import Database
 from factstream.db.engine import check_database, database_url
@@ -23,7 +27,7 @@ from factstream.idgen.generator import MultiWriterIdGenerator
 from factstream.idgen.leases import WriterLeases
 from factstream.plugins import PluginHost
 from factstream.replication import commands as c
-from factstream.replication.handler import ReplicationHandler
+from factstream.replication.handler import ReplicationHandler, RowsCallback
 from factstream.replication.stream import ReplicatedStream
 from factstream.replication.streamer import ReplicationStreamer
 from factstream.replication.transport import Transport, make_transport
@@ -46,6 +50,8 @@ class Host:
         self.handler: ReplicationHandler | None = None
         self.streamer: ReplicationStreamer | None = None
         self.transport: Transport | None = None
+        #: This process's caches (filled from the plugins' registrations when the host starts).
+        self.caches = CacheRegistry(instance_name=self.instance_name)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
 
@@ -94,13 +100,24 @@ class Host:
             await gen.start()
             self.streams[reg.spec.name] = ReplicatedStream(reg.spec, gen, self.db)
 
-        on_rows = [self._on_rows] if self.plugins.has_impls("on_rows") else []
+        self.caches = CacheRegistry.from_registry(registry, instance_name=self.instance_name)
+        caches_stream = self.streams.get(CACHES_STREAM)
+        if caches_stream is not None:
+            self.caches.attach_stream(caches_stream.spec, caches_stream.id_gen)
+        # Caches first: plugins' on_rows hooks (and, after them, the position) see them invalidated.
+        on_rows: list[RowsCallback] = [self._invalidate_caches] if self.caches.applier.streams() else []
+        if self.plugins.has_impls("on_rows"):
+            on_rows.append(self._on_rows)
         self.handler = ReplicationHandler(
             self.instance_name, self.streams.values(), on_rows=on_rows, max_backlog=settings.replication.max_backlog
         )
         self.transport = make_transport(settings, self.handler)
         self.streamer = ReplicationStreamer(
-            self.instance_name, self.streams.values(), self.transport.send, self.transport.has_peers
+            self.instance_name,
+            self.streams.values(),
+            self.transport.send,
+            self.transport.has_peers,
+            send_lines=self.transport.send_lines,
         )
         self.handler.on_replicate = lambda _conn: self.streamer.announce() if self.streamer else None
         self.transport.on_connected = self.streamer.announce
@@ -121,6 +138,9 @@ class Host:
         if behind:
             names = ", ".join(f"{s.branch} ({s.current or 'base'} -> {s.head or 'missing'})" for s in behind)
             raise FactstreamError(f"the database is not migrated: {names}; run `factstream migrate` first")
+
+    def _invalidate_caches(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> None:
+        self.caches.apply_rows(stream.name, rows)
 
     async def _on_rows(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> None:
         await self.plugins.on_rows(self, stream.name, instance, token, rows)
@@ -178,6 +198,7 @@ class Host:
             await self.leases.close()
         if self.db is not None:
             await self.db.close()
+        self.caches.close()
         self._stopped.set()
 
     async def run_until_stopped(self) -> None:

@@ -1,0 +1,53 @@
+"""The bundled ``caches`` stream plugin: cross-process cache invalidation.
+
+It provides what the core's cache registry needs to reach other processes (see
+``factstream.caches.invalidate`` for the contract): the ``caches`` stream (writers ``any``), its
+table ``cache_invalidation_stream_by_instance`` and sequence, in the migration branch ``caches``.
+The core finds the stream by its name when a host starts: every ``host.caches.invalidate(txn, ...)``
+then also writes a row here, and rows replicated from other instances are applied to this process's
+caches before the stream's position advances.
+
+On the main instance it also runs retention (``factstream_caches.retention``) as a background task,
+started in ``startup`` and cancelled in ``shutdown``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import factstream
+from factstream import MigrationSpec, StreamSpec
+from factstream_caches.retention import delete_old_invalidations, run_retention
+from factstream_caches.rows import CACHES_STREAM, TABLE, CacheInvalidationRow
+
+__all__ = ["CACHES_STREAM", "TABLE", "CacheInvalidationRow", "delete_old_invalidations"]
+
+_tasks: dict[int, asyncio.Task[None]] = {}
+
+
+@factstream.hookimpl
+def register_streams(register: Callable[[StreamSpec], None]) -> None:
+    register(CACHES_STREAM)
+
+
+@factstream.hookimpl
+def register_migrations(register: Callable[[MigrationSpec], None]) -> None:
+    register(MigrationSpec.from_package("factstream_caches.migrations"))
+
+
+@factstream.hookimpl
+def startup(host: Any) -> None:
+    if host.instance_name == host.settings.main_instance:
+        _tasks[id(host)] = asyncio.get_running_loop().create_task(run_retention(host), name="caches-retention")
+
+
+@factstream.hookimpl
+async def shutdown(host: Any) -> None:
+    task = _tasks.pop(id(host), None)
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
