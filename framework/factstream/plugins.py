@@ -98,6 +98,7 @@ class PluginHost:
         self.trace = trace
         self._registry: Registry | None = None
         self._impl_cache: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
+        self._rows_cache: list[tuple[str, Callable[..., Any], bool]] | None = None
         self._params: dict[Callable[..., Any], frozenset[str]] = {}
         if trace:
             self.pm.trace.root.setwriter(lambda msg: trace_log.info("%s", msg.rstrip()))
@@ -117,6 +118,7 @@ class PluginHost:
         self.plugins[name] = info or PluginInfo(name, _module_name(plugin), None, None)
         self._registry = None
         self._impl_cache.clear()
+        self._rows_cache = None
 
     def check_pending(self) -> None:
         """Fail loudly if any hook implementation has no matching spec (a misspelt hook)."""
@@ -162,23 +164,45 @@ class PluginHost:
         return bool(getattr(self.pm.hook, hook).get_hookimpls())
 
     async def on_rows(self, host: Any, stream: str, instance: str, token: int, rows: list[Any]) -> None:
-        """Deliver replicated rows to every ``on_rows`` implementation; failures are logged by plugin."""
-        for plugin_name, function in self._impls("on_rows"):
+        """Deliver replicated rows to every ``on_rows`` implementation; failures are logged by plugin.
+
+        This runs for every replicated token, so implementations taking the full argument list in
+        the spec's order are called positionally, without building keyword arguments per call.
+        """
+        for plugin_name, function, full in self._rows_impls():
             try:
-                result = self._call(
-                    plugin_name,
-                    "on_rows",
-                    function,
-                    host=host,
-                    stream=stream,
-                    instance=instance,
-                    token=token,
-                    rows=rows,
-                )
-                if inspect.isawaitable(result):
+                if full and not self.trace:
+                    try:
+                        result = function(host, stream, instance, token, rows)
+                    except Exception as exc:
+                        raise PluginError(
+                            f"plugin {plugin_name!r} failed in hook on_rows: {type(exc).__name__}: {exc}"
+                        ) from exc
+                else:
+                    result = self._call(
+                        plugin_name,
+                        "on_rows",
+                        function,
+                        host=host,
+                        stream=stream,
+                        instance=instance,
+                        token=token,
+                        rows=rows,
+                    )
+                if result is not None and inspect.isawaitable(result):
                     await _named(plugin_name, "on_rows", result)
             except PluginError as exc:
                 log.error("%s", exc)
+
+    def _rows_impls(self) -> list[tuple[str, Callable[..., Any], bool]]:
+        cached = self._rows_cache
+        if cached is None:
+            order = ("host", "stream", "instance", "token", "rows")
+            cached = self._rows_cache = [
+                (name, function, tuple(inspect.signature(function).parameters) == order)
+                for name, function in self._impls("on_rows")
+            ]
+        return cached
 
     async def shutdown(self, host: Any) -> list[PluginError]:
         """Run every ``shutdown(host)`` in reverse order; failures are collected, not raised."""

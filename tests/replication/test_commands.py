@@ -911,3 +911,23 @@ def test_deeply_nested_rows_round_trip() -> None:
         deep = [deep]
     command = RdataCommand("s", "i", 1, deep)
     assert parse_command(command.to_line()) == command
+
+
+@given(
+    st.text(st.characters(exclude_characters=" \n", exclude_categories=("Cs",)), min_size=1),
+    st.text(st.characters(exclude_characters=" \n", exclude_categories=("Cs",)), min_size=1),
+    st.lists(st.tuples(st.none() | st.integers(), st.lists(json_values, max_size=4)), max_size=6),
+)
+@settings(max_examples=300)
+def test_rdata_lines_for_a_run_of_rows_match_one_command_at_a_time(stream: str, instance: str, pairs: list) -> None:
+    """The streamer's bulk encoder writes exactly what encoding each RdataCommand would, or refuses alike."""
+    expected: list[bytes] | type[Exception]
+    try:
+        expected = [codec.encode_line(RdataCommand(stream, instance, token, row)) for token, row in pairs]
+    except codec.CommandEncodeError:
+        expected = codec.CommandEncodeError
+    if expected is codec.CommandEncodeError:
+        with pytest.raises(codec.CommandEncodeError):
+            codec.encode_rdata_lines(stream, instance, pairs)
+    else:
+        assert codec.encode_rdata_lines(stream, instance, pairs) == expected

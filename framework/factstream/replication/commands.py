@@ -103,6 +103,7 @@ __all__ = [
     "decode_json",
     "encode_json",
     "encode_line",
+    "encode_rdata_lines",
     "parse_command",
 ]
 
@@ -353,6 +354,33 @@ def encode_line(command: Command) -> bytes:
         return line.encode("utf-8")
     except UnicodeEncodeError as error:  # a lone surrogate in a text field
         raise CommandEncodeError(f"{command.NAME}: the line is not encodable as UTF-8: {error}") from None
+
+
+def encode_rdata_lines(stream_name: str, instance_name: str, rows: Iterable[tuple[int | None, Any]]) -> list[bytes]:
+    """``RDATA`` lines for ``(token, row)`` pairs (``None`` = ``batch``), as ``encode_line`` would write them.
+
+    The streamer's hot path: the names are checked once for the whole run instead of once per
+    row, and no command objects are built. The result is byte-identical to
+    ``encode_line(RdataCommand(stream_name, instance_name, token, row))`` for each pair.
+    """
+    _word("RDATA", "stream_name", stream_name)
+    _word("RDATA", "instance_name", instance_name)
+    prefix = f"RDATA {stream_name} {instance_name} "
+    if "\n" in prefix:
+        raise CommandEncodeError("RDATA: a command cannot contain a newline")
+    lines = []
+    for token, row in rows:
+        if token is not None and type(token) is not int:
+            _int_text("RDATA", "token", token)
+        text = _json_text("RDATA", "row", row)
+        line = f"{prefix}{'batch' if token is None else token} {text}\n"
+        if "\n" in text or text[-1:] == "\r":
+            raise CommandEncodeError("RDATA: a command cannot contain a newline")
+        try:
+            lines.append(line.encode("utf-8"))
+        except UnicodeEncodeError as error:
+            raise CommandEncodeError(f"RDATA: the line is not encodable as UTF-8: {error}") from None
+    return lines
 
 
 # --------------------------------------------------------------------------------------------------

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import contextlib
 import inspect
 import itertools
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from factstream.replication import commands as c
 from factstream.replication.stream import ReplicatedStream, RowError
@@ -57,6 +58,18 @@ class ProtocolError(Exception):
     """A peer sent something this process cannot accept; TCP answers ``ERROR`` and closes."""
 
 
+class _StreamQueue:
+    """One stream's inbound commands, drained by that stream's task."""
+
+    __slots__ = ("idle", "items", "wake")
+
+    def __init__(self) -> None:
+        self.items: collections.deque[tuple[Connection, c.Command]] = collections.deque()
+        self.wake = asyncio.Event()
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+
 class ReplicationHandler:
     """Processes RDATA and POSITION for the streams of this process (see the module docstring)."""
 
@@ -76,7 +89,8 @@ class ReplicationHandler:
         self.connections: list[Connection] = []
         self._connected: dict[Connection, set[str]] = defaultdict(set)
         self._batches: dict[tuple[str, str], list[Any]] = {}
-        self._queues: dict[str, asyncio.Queue[tuple[Connection, c.Command]]] = {}
+        self._queues: dict[str, _StreamQueue] = {}
+        self._backlog = 0
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._waiters: dict[tuple[str, str], list[tuple[int, int, asyncio.Future[None]]]] = defaultdict(list)
         self._order = itertools.count()
@@ -107,7 +121,9 @@ class ReplicationHandler:
 
     def on_command(self, conn: Connection, cmd: c.Command) -> None:
         """Dispatch one parsed command; raises :class:`ProtocolError` for what must close a TCP link."""
-        if isinstance(cmd, c.RdataCommand | c.PositionCommand):
+        kind = type(cmd)
+        if kind is c.RdataCommand or kind is c.PositionCommand:
+            cmd = cast("c.RdataCommand | c.PositionCommand", cmd)
             stream = self.streams.get(cmd.stream_name)
             if stream is None:
                 raise ProtocolError(f"unknown stream {cmd.stream_name!r}")
@@ -136,40 +152,76 @@ class ReplicationHandler:
         name = cmd.stream_name  # type: ignore[attr-defined]
         queue = self._queues.get(name)
         if queue is None:
-            queue = self._queues[name] = asyncio.Queue()
+            queue = self._queues[name] = _StreamQueue()
             self._workers[name] = asyncio.get_running_loop().create_task(self._drain(name, queue), name=f"repl:{name}")
-        queue.put_nowait((conn, cmd))
-        if self.backlog() >= self.max_backlog:
+        queue.items.append((conn, cmd))
+        if not queue.wake.is_set():
+            queue.idle.clear()
+            queue.wake.set()
+        self._backlog += 1
+        if self._backlog >= self.max_backlog:
             self._capacity.clear()
 
     def backlog(self) -> int:
         """Commands received and not yet processed, over all streams."""
-        return sum(q.qsize() for q in self._queues.values())
+        return self._backlog
+
+    def has_capacity(self) -> bool:
+        """False while the backlog is at ``max_backlog``: transports then await :meth:`wait_for_capacity`."""
+        return self._capacity.is_set()
 
     async def wait_for_capacity(self) -> None:
         """Return once the backlog is below ``max_backlog`` (transports await this between reads)."""
         if not self._capacity.is_set():
             await self._capacity.wait()
 
-    async def _drain(self, name: str, queue: asyncio.Queue[tuple[Connection, c.Command]]) -> None:
+    async def _drain(self, name: str, queue: _StreamQueue) -> None:
+        """Process a stream's commands in arrival order, taking everything queued at once.
+
+        Working on the whole queue lets a run of RDATA advance the stream once, at its end, instead
+        of once per token: the plugins still see every token's rows, in order, before the position
+        moves past them, and waiters wake after both.
+        """
+        stream = self.streams[name]
         while True:
-            conn, cmd = await queue.get()
+            if not queue.items:
+                queue.idle.set()
+                await queue.wake.wait()
+                queue.wake.clear()
+                continue
+            commands = list(queue.items)
+            queue.items.clear()
             try:
-                if isinstance(cmd, c.RdataCommand):
-                    await self._process_rdata(conn, cmd)
+                await self._process(stream, commands)
+            finally:
+                self._backlog -= len(commands)
+                if not self._capacity.is_set() and self._backlog < self.max_backlog // 2:
+                    self._capacity.set()
+
+    async def _process(self, stream: ReplicatedStream, commands: list[tuple[Connection, c.Command]]) -> None:
+        #: Per writer, the last token whose rows the plugins have seen but the position not yet passed.
+        pending: dict[str, int] = {}
+        for conn, cmd in commands:
+            try:
+                if type(cmd) is c.RdataCommand:
+                    await self._process_rdata(stream, conn, cmd, pending)
                 elif isinstance(cmd, c.PositionCommand):
+                    await self._advance_pending(stream, pending)
                     await self._process_position(conn, cmd)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("failed to process %s on stream %s", type(cmd).__name__, name)
-            finally:
-                queue.task_done()
-                if not self._capacity.is_set() and self.backlog() < self.max_backlog // 2:
-                    self._capacity.set()
+                log.exception("failed to process %s on stream %s", type(cmd).__name__, stream.name)
+        await self._advance_pending(stream, pending)
 
-    async def _process_rdata(self, conn: Connection, cmd: c.RdataCommand) -> None:
-        stream = self.streams[cmd.stream_name]
+    async def _advance_pending(self, stream: ReplicatedStream, pending: dict[str, int]) -> None:
+        for instance, token in pending.items():
+            await self._deliver(stream, instance, token, [])
+        pending.clear()
+
+    async def _process_rdata(
+        self, stream: ReplicatedStream, conn: Connection, cmd: c.RdataCommand, pending: dict[str, int]
+    ) -> None:
         try:
             row = stream.parse_row(cmd.row)
         except RowError:
@@ -177,15 +229,20 @@ class ReplicationHandler:
             return
         if cmd.stream_name not in self._connected.get(conn, ()):
             return  # wait for the POSITION, whose catch-up reads this row from the database
-        key = (cmd.stream_name, cmd.instance_name)
+        instance = cmd.instance_name
+        key = (cmd.stream_name, instance)
         if cmd.token is None:
             self._batches.setdefault(key, []).append(row)
             return
-        rows = self._batches.pop(key, [])
-        rows.append(row)
-        if cmd.token <= stream.current_token(cmd.instance_name):
+        rows = self._batches.pop(key, None)
+        if rows is None:
+            rows = [row]
+        else:
+            rows.append(row)
+        if cmd.token <= max(pending.get(instance, 0), stream.current_token(instance)):
             return  # already seen (a catch-up read it first)
-        await self._deliver(stream, cmd.instance_name, cmd.token, rows)
+        await self._call_on_rows(stream, instance, cmd.token, rows)
+        pending[instance] = cmd.token
 
     async def _process_position(self, conn: Connection, cmd: c.PositionCommand) -> None:
         stream = self.streams[cmd.stream_name]
@@ -217,7 +274,7 @@ class ReplicationHandler:
         for callback in self.on_rows:
             try:
                 result = callback(stream, instance, token, rows)
-                if inspect.isawaitable(result):
+                if result is not None and inspect.isawaitable(result):
                     await result
             except Exception:
                 log.exception("on_rows callback %r failed for %s at %s", callback, stream.name, token)
@@ -231,7 +288,7 @@ class ReplicationHandler:
         for position_callback in self.on_position:
             try:
                 result = position_callback(stream, instance, token)
-                if inspect.isawaitable(result):
+                if result is not None and inspect.isawaitable(result):
                     await result
             except Exception:
                 log.exception("on_position callback %r failed for %s at %s", position_callback, stream.name, token)
@@ -284,4 +341,4 @@ class ReplicationHandler:
     async def drained(self) -> None:
         """Wait until every queued command has been processed (tests and orderly shutdown)."""
         for queue in list(self._queues.values()):
-            await queue.join()
+            await queue.idle.wait()

@@ -75,6 +75,12 @@ class RedisTransport:
     def send(self, command: c.Command) -> None:
         self._outbox.put_nowait((command.redis_channel(self.channel), c.encode_line(command).rstrip(b"\n")))
 
+    def send_lines(self, lines: list[bytes]) -> None:
+        # RDATA lines, published one message per command as the reference does.
+        put = self._outbox.put_nowait
+        for line in lines:
+            put((self.channel, line.rstrip(b"\n")))
+
     def has_peers(self) -> bool:
         return self.link is not None
 
@@ -126,7 +132,8 @@ class RedisTransport:
                     if message.get("type") != "message":
                         continue
                     self._handle(link, message["data"])
-                    await self.handler.wait_for_capacity()  # Redis disconnects us if we lag too far
+                    if not self.handler.has_capacity():
+                        await self.handler.wait_for_capacity()  # Redis disconnects us if we lag too far
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:

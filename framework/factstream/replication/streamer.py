@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from factstream.replication import commands as c
 from factstream.replication.stream import ReplicatedStream
@@ -40,11 +40,13 @@ class ReplicationStreamer:
         send: Callable[[c.Command], None],
         has_peers: Callable[[], bool],
         *,
+        send_lines: Callable[[list[bytes]], None] | None = None,
         tick: float = 1.0,
     ) -> None:
         self.instance_name = instance_name
         self.streams = [s for s in streams if s.id_gen.is_writer]
         self.send = send
+        self.send_lines = send_lines or self._send_lines_one_by_one
         self.has_peers = has_peers
         self.tick = tick
         self._wake = asyncio.Event()
@@ -102,13 +104,9 @@ class ReplicationStreamer:
                     if current > last:
                         self.send(c.PositionCommand(stream.name, self.instance_name, last, current))
                     continue
-                for token, group in itertools.groupby(updates, key=lambda u: u[0]):
-                    rows = [row for _, row in group]
-                    for row in rows[:-1]:
-                        self.send(c.RdataCommand(stream.name, self.instance_name, None, stream.encode_row(row)))
-                    self.send(c.RdataCommand(stream.name, self.instance_name, token, stream.encode_row(rows[-1])))
-                    self.rows_sent += len(rows)
-                    last = token
+                self.send_lines(c.encode_rdata_lines(stream.name, self.instance_name, _wire_rows(stream, updates)))
+                self.rows_sent += len(updates)
+                last = updates[-1][0]
                 if last < current:
                     self.send(c.PositionCommand(stream.name, self.instance_name, last, current))
         if self._announce:
@@ -117,9 +115,21 @@ class ReplicationStreamer:
                 token = stream.last_token
                 self.send(c.PositionCommand(stream.name, self.instance_name, token, token))
 
+    def _send_lines_one_by_one(self, lines: list[bytes]) -> None:
+        for line in lines:
+            self.send(c.parse_command(line))
+
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+
+def _wire_rows(stream: ReplicatedStream, updates: list[tuple[int, Any]]) -> Iterator[tuple[int | None, Any]]:
+    """``(token, wire row)`` pairs, every row but the last of one token marked ``batch`` (``None``)."""
+    encode = stream.encode_row
+    last = len(updates) - 1
+    for i, (token, row) in enumerate(updates):
+        yield (token if i == last or updates[i + 1][0] != token else None), encode(row)

@@ -30,6 +30,9 @@ class Transport(Protocol):
 
     def send(self, command: c.Command) -> None: ...
 
+    def send_lines(self, lines: list[bytes]) -> None:
+        """Send encoded lines (each one command, ending in a newline), in order."""
+
     def has_peers(self) -> bool: ...
 
     async def close(self) -> None: ...
@@ -70,7 +73,7 @@ class TcpTransport:
             dispatch=self._dispatch,
             max_line=limits.max_line,
             max_queue=limits.max_queue,
-            capacity=self.handler.wait_for_capacity,
+            capacity=self.handler,
         )
         if self.is_server:
             listen = "0.0.0.0" if self.host not in ("127.0.0.1", "localhost") else self.host
@@ -88,6 +91,10 @@ class TcpTransport:
     def send(self, command: c.Command) -> None:
         if self.endpoint is not None:
             self.endpoint.send_all(command)
+
+    def send_lines(self, lines: list[bytes]) -> None:
+        if self.endpoint is not None:
+            self.endpoint.send_lines_all(lines)
 
     def has_peers(self) -> bool:
         if isinstance(self.endpoint, TcpServer):
