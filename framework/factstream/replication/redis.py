@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 HEALTH_CHECK_SECONDS = 5
 MAX_BACKOFF = 5.0
+PEER_CHECK_SECONDS = 1.0
 
 
 class RedisLink:
@@ -61,6 +62,9 @@ class RedisTransport:
         self._tasks: list[asyncio.Task[None]] = []
         self.connected = asyncio.Event()
         self.published = 0
+        self._peers = True
+        # Our own RDATA and POSITION come back to us; recognised before parsing (third word).
+        self._own = settings.instance_name.encode("utf-8")
 
     async def start(self) -> None:
         self._publisher = Redis.from_url(
@@ -70,6 +74,7 @@ class RedisTransport:
         self._tasks = [
             loop.create_task(self._subscribe_loop(), name="repl-redis-sub"),
             loop.create_task(self._publish_loop(), name="repl-redis-pub"),
+            loop.create_task(self._watch_peers(), name="repl-redis-peers"),
         ]
 
     def send(self, command: c.Command) -> None:
@@ -82,7 +87,23 @@ class RedisTransport:
             put((self.channel, line.rstrip(b"\n")))
 
     def has_peers(self) -> bool:
-        return self.link is not None
+        """Whether anyone else is subscribed; with nobody listening the streamer skips its work.
+
+        Safe to be briefly wrong: a newcomer subscribes and then publishes ``REPLICATE``, which
+        sets the flag at once and is answered with positions, from which it catches up.
+        """
+        return self.link is not None and self._peers
+
+    async def _watch_peers(self) -> None:
+        """Count the channel's subscribers every second (``PUBSUB NUMSUB``); we are one of them."""
+        assert self._publisher is not None
+        while True:
+            try:
+                counts = await self._publisher.pubsub_numsub(self.channel)
+                self._peers = bool(counts) and int(counts[0][1]) > 1
+            except (RedisError, OSError):
+                self._peers = True  # unknown: keep sending
+            await asyncio.sleep(PEER_CHECK_SECONDS)
 
     async def _publish_loop(self) -> None:
         assert self._publisher is not None
@@ -152,11 +173,17 @@ class RedisTransport:
             delay = min(delay * 2, MAX_BACKOFF)
 
     def _handle(self, link: RedisLink, data: bytes) -> None:
+        if data[:6] == b"RDATA " or data[:9] == b"POSITION ":
+            words = data.split(b" ", 3)
+            if len(words) > 2 and words[2] == self._own:
+                return  # our own publication, echoed back
         try:
             cmd = c.parse_command(data)
         except c.CommandParseError as exc:
             log.warning("ignoring a replication line that does not parse (%s): %r", exc, data[:200])
             return
+        if type(cmd) is c.ReplicateCommand:
+            self._peers = True  # someone (re)subscribed: answer them, and keep sending
         try:
             self.handler.on_command(link, cmd)
         except ProtocolError as exc:
