@@ -21,7 +21,7 @@ from factstream.specs import (
     MigrationSpec,
     RouteSpec,
 )
-from factstream.streams import StreamSpec, StreamTable
+from factstream.streams import StreamSpec, StreamTable, SyncRequest, Wake
 
 __all__ = [
     "CURRENT_STATE_CACHE_NAME",
@@ -44,7 +44,9 @@ __all__ = [
     "RouteSpec",
     "StreamSpec",
     "StreamTable",
+    "SyncRequest",
     "Transaction",
+    "Wake",
     "WriterLeases",
     "cached",
     "cached_specs",

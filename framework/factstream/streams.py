@@ -34,6 +34,38 @@ UpdateFunction = Callable[["Database", str, int, int, int], Awaitable[tuple[list
 
 
 @dataclass(frozen=True)
+class Wake:
+    """Whose long polls a row wakes: users directly, and every user in the given rooms."""
+
+    users: tuple[str, ...] = ()
+    rooms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SyncRequest:
+    """One user's ``/sync`` for one stream: the rows after ``since`` up to ``upto``, per writer.
+
+    ``since`` and ``upto`` map each writer instance of the stream to a wire token (the positions the
+    client's token and the new token hold for that writer); a writer missing from ``since`` is at 0.
+    ``device`` is the requesting device, if the client named one. ``host`` is the running
+    :class:`factstream.host.app.Host` (``host.database()``, ``host.caches`` ...). At most ``limit``
+    items should be returned; ``limited`` in the response then tells the client to sync again.
+    """
+
+    host: Any
+    stream: str
+    user: str
+    device: str | None
+    since: dict[str, int]
+    upto: dict[str, int]
+    limit: int = 1000
+
+
+#: ``async (SyncRequest) -> list of JSON-able items`` (see :attr:`StreamSpec.sync_rows`).
+SyncRowsFunction = Callable[[SyncRequest], Awaitable[list[Any]]]
+
+
+@dataclass(frozen=True)
 class StreamTable:
     """A backing table of a stream: ``id_column`` holds the stream ID, ``instance_column`` the writer."""
 
@@ -59,6 +91,14 @@ class StreamSpec:
     * ``writers``: ``"configured"`` (the instances listed under ``stream_writers`` in the config) or
       ``"any"`` (every instance writes its own facts).
     * ``sync_key``: the field of the sync token that follows this stream, if clients sync it.
+    * ``user_field``: the row field naming the user a row belongs to (``"user_id"``). By default a
+      row wakes that user's long polls and only that user sees it in ``/sync``.
+    * ``wake``: ``row -> Wake(users, rooms)``, overriding the default from ``user_field``: whose long
+      polls a row wakes (on every instance, for replicated and local rows alike).
+    * ``sync_rows``: ``async (SyncRequest) -> list`` of JSON-able items for one user's ``/sync``,
+      overriding the default (the stream's rows in the request's range whose ``user_field`` is the
+      user, as ``{"stream_id", "instance", **fields}``). A stream with a ``sync_key`` and neither
+      ``user_field`` nor ``sync_rows`` shows nobody anything: visibility is never implicit.
     """
 
     name: str
@@ -71,6 +111,9 @@ class StreamSpec:
     sync_key: str | None = None
     description: str = ""
     update_function: UpdateFunction | None = None
+    user_field: str | None = None
+    wake: Callable[[Any], Wake] | None = None
+    sync_rows: SyncRowsFunction | None = None
 
     def __post_init__(self) -> None:
         check_name("stream", self.name)
@@ -86,6 +129,15 @@ class StreamSpec:
             raise ValueError(f"stream {self.name!r}: writers must be 'configured' or 'any', not {self.writers!r}")
         if self.sync_key is not None:
             check_name("sync key", self.sync_key)
+        if self.user_field is not None and self.user_field not in self.row_type.__struct_fields__:
+            raise ValueError(
+                f"stream {self.name!r}: user_field {self.user_field!r} is not a field of "
+                f"{self.row_type.__name__} (fields: {', '.join(self.row_type.__struct_fields__)})"
+            )
+        for what in ("wake", "sync_rows"):
+            value = getattr(self, what)
+            if value is not None and not callable(value):
+                raise ValueError(f"stream {self.name!r}: {what} must be callable")
 
     @property
     def row_fields(self) -> tuple[str, ...]:
