@@ -172,14 +172,26 @@ class ExportJobSpec:
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH"})
 
 
+ROUTE_ACCESS = frozenset({"public", "user", "writer"})
+
+
 @dataclass(frozen=True)
 class RouteSpec:
-    """An HTTP route the host serves: ``endpoint`` is an async callable taking the request."""
+    """An HTTP route the host serves: ``endpoint`` is an async callable taking the request.
+
+    The endpoint receives a ``starlette.requests.Request``; ``request.state.user`` is the
+    authenticated user (``None`` on public routes), ``request.state.host`` the running host, and
+    ``request.path_params`` the path's parameters. It returns a Starlette ``Response`` or a JSON-able
+    value (sent as ``application/json``, status 200). ``access``: ``"public"`` (no token),
+    ``"user"`` (any valid bearer token) or ``"writer"`` (a token allowed to write); by default GET
+    routes need ``"user"`` and the others ``"writer"``.
+    """
 
     path: str
     endpoint: Callable[..., Any]
     methods: tuple[str, ...] = ("GET",)
     name: str = ""
+    access: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path.startswith("/"):
@@ -189,6 +201,10 @@ class RouteSpec:
         if bad or not methods:
             raise ValueError(f"route {self.path!r}: unsupported HTTP method(s) {bad or '(none)'}")
         object.__setattr__(self, "methods", methods)
+        access = self.access or ("user" if methods == ("GET",) else "writer")
+        if access not in ROUTE_ACCESS:
+            raise ValueError(f"route {self.path!r}: access must be one of {sorted(ROUTE_ACCESS)}, not {access!r}")
+        object.__setattr__(self, "access", access)
         if not callable(self.endpoint):
             raise ValueError(f"route {self.path!r}: endpoint must be callable")
 
