@@ -1,0 +1,189 @@
+"""Acceptance with real processes: ``factstream run --instance main`` and ``--instance worker1`` over
+TCP, with the bundled caches plugin and the demo store (tests/plugins/cachedemo), whose driver runs
+commands the test appends to a control file (``read`` through a cache, ``set`` a value, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.replication.test_processes import PLUGINS, Process, free_port, read_json_lines, until
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Pair:
+    """main and worker1 as processes, and the demo driver's control file."""
+
+    def __init__(self, workdir: Path, database_url: str, env: dict[str, str]) -> None:
+        self.workdir = workdir
+        self.control = workdir / "control.jsonl"
+        self.out = workdir / "control.jsonl.out"
+        self.env = {
+            **env,
+            "COLUMNS": "200",
+            "NO_COLOR": "1",
+            "PYTHONUNBUFFERED": "1",
+            "FACTSTREAM_CACHEDEMO_CONTROL": str(self.control),
+        }
+        port = free_port()
+        self.config = workdir / "factstream.yaml"
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "deployment": f"caches-{uuid.uuid4().hex[:8]}",
+                    "state_dir": str(workdir / "state"),
+                    "database": {"url": database_url},
+                    "instance_map": {
+                        "main": {"host": "127.0.0.1", "replication_port": port},
+                        "worker1": {"host": "127.0.0.1"},
+                    },
+                    "stream_writers": {"notes": ["main"]},
+                }
+            )
+        )
+        self.processes: list[Process] = []
+        self._n = 0
+
+    def migrate(self) -> None:
+        import subprocess
+        import sys
+
+        result = subprocess.run(
+            [sys.executable, "-m", "factstream", "-c", str(self.config), "migrate"],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=self.workdir,
+            timeout=120,
+        )
+        assert result.returncode == 0, f"migrate failed:\n{result.stdout}\n{result.stderr}"
+
+    def start(self) -> None:
+        for name in ("main", "worker1"):
+            proc = Process(name, name, self.config, self.env, self.workdir)
+            self.processes.append(proc)
+            proc.start()
+            proc.wait_started()
+        # worker1 follows main once a write made on main shows up there.
+        sid = self.ask("main", "set", key="warm-up", value="1")["stream_ids"][0]
+        self.ask("worker1", "read", cache="demo_values", method="get_value", args=["warm-up"], wait_for=sid)
+
+    def send(self, instance: str, op: str, **fields: Any) -> str:
+        self._n += 1
+        cid = f"c{self._n}"
+        with open(self.control, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"id": cid, "instance": instance, "op": op, **fields}) + "\n")
+        return cid
+
+    def result(self, cid: str, timeout: float = 30.0) -> dict[str, Any]:
+        def answered() -> dict[str, Any] | None:
+            return next((r for r in read_json_lines(self.out) if r.get("id") == cid), None)
+
+        answer: dict[str, Any] = until(answered, timeout, f"an answer to {cid}", self.logs)
+        assert "error" not in answer, f"{cid} failed: {answer['error']}{self.logs()}"
+        return answer
+
+    def ask(self, instance: str, op: str, **fields: Any) -> dict[str, Any]:
+        return self.result(self.send(instance, op, **fields))
+
+    def read(self, method: str, *args: str, cache: str = "demo_values", wait_for: int | None = None) -> Any:
+        return self.ask("worker1", "read", cache=cache, method=method, args=list(args), wait_for=wait_for)
+
+    def keys(self) -> dict[str, set[tuple[str, ...]]]:
+        return {name: {tuple(k) for k in keys} for name, keys in self.ask("worker1", "keys")["keys"].items()}
+
+    def logs(self) -> str:
+        return "".join(f"\n--- {p.name} ---\n{p.tail(40)}" for p in self.processes)
+
+    def stop(self) -> None:
+        for proc in reversed(self.processes):
+            proc.kill()
+
+
+@pytest.fixture
+def pair(plugin_installer, fresh_database, tmp_path) -> Iterator[Pair]:
+    for project in ("notes", "probe", "cachedemo"):
+        plugin_installer.from_project(PLUGINS / project)
+    p = Pair(tmp_path, fresh_database, plugin_installer.env())
+    p.migrate()
+    p.start()
+    try:
+        yield p
+    finally:
+        p.stop()
+        for proc in p.processes:
+            print(f"===== {proc.name} log =====\n{proc.tail(200)}")
+
+
+def test_per_key_and_whole_cache_invalidation_reach_the_worker_process_within_a_round_trip(pair):
+    pair.ask("main", "set", key="k", value="v1")
+    sid = pair.ask("main", "set", key="other", value="o1")["stream_ids"][0]
+    assert pair.read("get_value", "k", wait_for=sid)["value"] == "v1"
+    assert pair.read("get_value", "other")["value"] == "o1"
+    assert pair.read("get_value", "k")["hit"] is True
+
+    watch = pair.send("worker1", "watch", cache="demo_values", key=["k"])
+    time.sleep(0.2)  # the watcher is polling
+    written = pair.ask("main", "set", key="k", value="v2")
+    gone = pair.result(watch)
+
+    assert gone["gone"] is True
+    latency = gone["at"] - written["committed_at"]
+    print(f"commit on main to key gone on worker1: {latency * 1000:.1f} ms")
+    assert latency < 0.5
+    assert ("other",) in pair.keys()["demo_values"], "a per-key invalidation must leave the other keys"
+    read = pair.read("get_value", "k")
+    assert (read["value"], read["hit"]) == ("v2", False)
+
+    sid = pair.ask("main", "set_all", values={"k": "v3", "other": "o3"})["stream_ids"][0]
+    assert pair.read("get_value", "other", wait_for=sid)["value"] == "o3"
+    assert pair.read("get_value", "k")["value"] == "v3"
+
+
+def test_a_room_state_change_of_120_members_clears_that_rooms_caches_in_the_worker_process_only(pair):
+    members = [f"@u{i}:hs" for i in range(120)]
+    for room in ("!r:hs", "!other:hs"):
+        pair.read("get_room_members", room, cache="demo_room_members")
+    for member in [*members[:60:7], "@bystander:hs"]:
+        pair.read("get_member_rooms", member, cache="demo_member_rooms")
+        for room in ("!r:hs", "!other:hs"):
+            pair.read("get_member_profile", room, member, cache="demo_member_profile")
+    before = pair.keys()
+
+    ids = pair.ask("main", "room_state", room="!r:hs", members=members, values={"members:!r:hs": "120"})["stream_ids"]
+    assert len(ids) == 3
+    assert pair.read("get_value", "sentinel", wait_for=ids[-1])["value"] is None
+    after = pair.keys()
+
+    assert after["demo_room_members"] == {("!other:hs",)}
+    assert after["demo_member_rooms"] == {("@bystander:hs",)}
+    assert after["demo_member_profile"] == {("!r:hs", "@bystander:hs")} | {
+        k for k in before["demo_member_profile"] if k[0] == "!other:hs"
+    }
+    assert pair.read("get_room_members", "!r:hs", cache="demo_room_members")["value"] == "120"
+
+
+def test_a_worker_waiting_for_the_position_never_reads_stale_values_and_bad_rows_do_not_stop_the_stream(pair):
+    bad = [("no_such_cache", ["x"]), ("demo_values", ["too", "many"]), ("demo_member_profile", ["!r:hs"])]
+    for i in range(1, 31):
+        assert pair.read("get_value", "k")["value"] in (None, str(i - 1))  # fill the cache
+        if i % 10 == 0:
+            cache_func, keys = bad[i // 10 - 1]
+            pair.ask("main", "bad_row", cache_func=cache_func, keys=keys)
+        sid = pair.ask("main", "set", key="k", value=str(i))["stream_ids"][0]
+        assert pair.read("get_value", "k", wait_for=sid)["value"] == str(i)
+
+    log = pair.processes[1].log()
+    assert log.count("skipped a caches-stream row") == 3, pair.logs()
+    assert "no cache named 'no_such_cache'" in log
