@@ -23,7 +23,7 @@ from factstream.config import Settings, load_config
 from factstream.errors import FactstreamError, PluginError
 from factstream.plugins import PluginHost, load_plugins
 
-BUILTIN_COMMANDS = frozenset({"plugins", "migrate", "demo", "run"})
+BUILTIN_COMMANDS = frozenset({"plugins", "migrate", "demo", "run", "export"})
 
 out = Console()
 err = Console(stderr=True)
@@ -266,6 +266,40 @@ def demo_command() -> None:
     from factstream.demo import run_demo
 
     run_demo(state, out)
+
+
+# -- export ------------------------------------------------------------------------------------------
+
+
+@app.command("export")
+def export_command(
+    jobs: Annotated[
+        list[str] | None, typer.Argument(help="Export job names (registered by plugins; see docs/export.md).")
+    ] = None,
+    all_jobs: Annotated[bool, typer.Option("--all", help="Run every registered export job.")] = False,
+    master: Annotated[
+        str,
+        typer.Option("--master", help="Spark master: local[*] (default), local[N], spark://HOST:PORT, k8s://, yarn."),
+    ] = "local[*]",
+    output: Annotated[
+        str | None,
+        typer.Option("--output", help="Output root (a directory or URI that must exist); default <state_dir>/exports."),
+    ] = None,
+    full: Annotated[
+        bool, typer.Option("--full", help="Start over: remove the job's output and export everything again.")
+    ] = False,
+    conf: Annotated[
+        list[str] | None, typer.Option("--conf", help="Extra Spark setting KEY=VALUE (repeatable).")
+    ] = None,
+) -> None:
+    """Export streams to Parquet with Spark: each job's facts from its checkpoint up to the stream's watermark.
+
+    Output goes to OUTPUT/JOB/export_range=FROM-UPTO/, written to a staging directory and committed before
+    the job's checkpoint moves, so an interrupted export rerun writes every fact exactly once.
+    """
+    from factstream.export.command import run_export
+
+    run_export(state, out, err, jobs or [], all_jobs=all_jobs, master=master, output=output, full=full, conf=conf or [])
 
 
 # -- entry point -------------------------------------------------------------------------------------

@@ -138,7 +138,7 @@ def test_stream_with_its_own_update_function_is_read_through_it(spark, export_db
 
 def test_unknown_stream_is_an_error_naming_the_registered_ones(spark, export_db, export_plugins):
     _register(spark, export_plugins, export_db)
-    with pytest.raises(Exception, match="unknown stream 'nope'.*ledger"):
+    with pytest.raises(Exception, match=r"unknown stream 'nope'.*ledger"):
         spark.read.format("factstream").option("stream", "nope").load()
 
 
@@ -159,3 +159,10 @@ def test_a_row_field_named_like_an_export_column_is_refused(export_plugins):
     spec = StreamSpec(name="bad", row_type=Bad, tables=(StreamTable("bad", "instance_name", "stream_id"),))
     with pytest.raises(ExportError, match="clashes"):
         StreamPlan.from_spec(spec)
+
+
+def test_an_empty_range_reads_no_rows(spark, export_db, export_plugins, loop_thread):
+    credits, _ = _ledger_facts(loop_thread, export_db, export_plugins, n_credits=2, n_debits=0)
+    _register(spark, export_plugins, export_db)
+    df = spark.read.format("factstream").option("stream", "ledger").option("from", max(credits)).load()
+    assert df.count() == 0

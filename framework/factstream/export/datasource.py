@@ -47,8 +47,6 @@ class RangePartition(InputPartition):
 
     def __init__(self, lo: int, hi: int) -> None:
         super().__init__((lo, hi))
-        self.lo = lo
-        self.hi = hi
 
 
 class _Options:
@@ -133,9 +131,11 @@ class FactstreamReader(DataSourceReader):
         return self.options.split(self.options.start, self.upto)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, RangePartition)
+        if partition.value is None:  # Spark's stand-in when partitions() found nothing to read
+            return
+        lo, hi = partition.value
         o = self.options
-        yield from read_range(o.url or "", o.plan, partition.lo, partition.hi, content=o.content)
+        yield from read_range(o.url or "", o.plan, int(lo), int(hi), content=o.content)
 
 
 class FactstreamStreamReader(DataSourceStreamReader):
@@ -157,9 +157,11 @@ class FactstreamStreamReader(DataSourceStreamReader):
         return self.options.split(int(start["position"]), int(end["position"]))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, RangePartition)
+        if partition.value is None:  # Spark's stand-in when partitions() found nothing to read
+            return
+        lo, hi = partition.value
         o = self.options
-        yield from read_range(o.url or "", o.plan, partition.lo, partition.hi, content=o.content)
+        yield from read_range(o.url or "", o.plan, int(lo), int(hi), content=o.content)
 
 
 def data_source_class(plans: Mapping[str, StreamPlan | str], url: str | None) -> type[FactstreamDataSource]:

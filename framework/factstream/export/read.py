@@ -104,7 +104,6 @@ def _read_with_copy(url: str, plan: StreamPlan, lo: int, hi: int, content: bool)
 
 def _read_with_function(url: str, plan: StreamPlan, lo: int, hi: int, content: bool) -> Iterator[Any]:
     """Read through the plugin's update function, one writer at a time, in pages."""
-    import pyarrow as pa
 
     from factstream.db.database import Database
 

@@ -131,6 +131,7 @@ class ExportRunner:
                 )
             rows, path = self._export_range(job, out, start, upto)
             checkpoints.advance(conn, job.name, start, upto, self.output_root)
+            out.clean()
         log.info("export %s: (%d, %d] -> %s, %d rows", job.name, start, upto, path, rows)
         return ExportResult(
             job.name, job.stream, start, upto, rows, time.monotonic() - started, out.path, "exported", adopted
@@ -185,8 +186,7 @@ class ExportRunner:
                 df = job.transform(df)
             except Exception as exc:
                 raise ExportError(
-                    f"export job {job.name!r} (plugin {owner!r}): transform failed: {type(exc).__name__}: "
-                    f"{_short(exc)}"
+                    f"export job {job.name!r} (plugin {owner!r}): transform failed: {type(exc).__name__}: {_short(exc)}"
                 ) from None
         observation = Observation(f"factstream_export_{job.name}")
         df = df.observe(observation, F.count(F.lit(1)).alias("rows"))
