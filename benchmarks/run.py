@@ -15,6 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import caches_invalidation
 import codec
 import idgen_append
 import replication_e2e
@@ -24,7 +25,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement (default 3)")
     parser.add_argument(
-        "--only", choices=["idgen", "codec", "replication"], action="append", help="run only these (repeatable)"
+        "--only",
+        choices=["idgen", "codec", "replication", "caches"],
+        action="append",
+        help="run only these (repeatable)",
     )
     parser.add_argument("--catch-up-facts", type=int, default=1_000_000, help="facts behind for the catch-up test")
     args = parser.parse_args()
@@ -42,7 +46,7 @@ def main() -> None:
         migrator = Migrator(url, load_plugins())
         migrator.upgrade()
         migrator.close()
-        only = set(args.only or ["idgen", "codec", "replication"])
+        only = set(args.only or ["idgen", "codec", "replication", "caches"])
         if "idgen" in only:
             print(f"idgen append ({args.seconds:g} s each):", flush=True)
             for line in idgen_append.run(url, args.seconds):
@@ -55,6 +59,10 @@ def main() -> None:
             redis_url = os.environ.get("FACTSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
             print("replication end to end (hosts in one process):", flush=True)
             for line in replication_e2e.run(url, redis_url, args.seconds, args.catch_up_facts):
+                print("  " + line, flush=True)
+        if "caches" in only:
+            print("cache invalidation end to end (write, replicate over TCP, apply):", flush=True)
+            for line in caches_invalidation.run(url, args.seconds):
                 print("  " + line, flush=True)
     finally:
         drop_database(url)
