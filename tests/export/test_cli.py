@@ -1,0 +1,82 @@
+"""``factstream export`` end to end in a subprocess: errors are one paragraph with exit 2 and leave the
+checkpoint alone; a run prints a summary and moves the checkpoint."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from factstream.db.engine import libpq_url
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cli_env(plugin_installer, export_db):
+    """Environment for a ``factstream`` subprocess that loads the export test plugin by entry point."""
+    plugin_installer.from_source(
+        "exporttest", "from tests.export.exportplugin import register_export_jobs, register_streams\n"
+    )
+    env = plugin_installer.env()
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(ROOT)])
+    env["FACTSTREAM_DATABASE__URL"] = export_db
+    return env
+
+
+def _checkpoints(url: str) -> list[tuple[str, int]]:
+    with psycopg.connect(libpq_url(url)) as conn:
+        return [(r[0], r[1]) for r in conn.execute("SELECT job, upto FROM export_checkpoints ORDER BY job")]
+
+
+def _one_paragraph_error(result) -> None:
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error:")
+    assert "Traceback" not in result.stderr
+    assert "\n\n" not in result.stderr.strip()
+
+
+def test_export_help_describes_the_options(run_cli):
+    result = run_cli("export", "--help")
+    assert result.returncode == 0
+    for option in ("--all", "--master", "--output", "--full", "--conf"):
+        assert option in result.stdout
+
+
+def test_unknown_job_is_a_one_paragraph_error(run_cli, cli_env, export_db):
+    result = run_cli("export", "nope", env=cli_env)
+    _one_paragraph_error(result)
+    assert "unknown export job 'nope'" in result.stderr
+    assert "ledger_raw" in result.stderr
+    assert _checkpoints(export_db) == []
+
+
+def test_unreachable_master_is_a_one_paragraph_error(run_cli, cli_env, export_db):
+    result = run_cli("export", "ledger_raw", "--master", "spark://127.0.0.1:9", env=cli_env)
+    _one_paragraph_error(result)
+    assert "cannot reach the Spark master" in result.stderr
+    assert _checkpoints(export_db) == []
+
+
+def test_missing_output_location_is_a_one_paragraph_error(run_cli, cli_env, export_db, tmp_path):
+    result = run_cli("export", "--all", "--output", str(tmp_path / "nowhere"), env=cli_env)
+    _one_paragraph_error(result)
+    assert "does not exist" in result.stderr
+    assert _checkpoints(export_db) == []
+
+
+def test_export_all_runs_every_job_and_prints_a_summary(run_cli, cli_env, export_db, tmp_path):
+    with psycopg.connect(libpq_url(export_db), autocommit=True) as conn:
+        conn.execute("INSERT INTO ledger_credits SELECT g, 'w', 'acc', g, NULL FROM generate_series(2, 41) AS g")
+        conn.execute("SELECT setval('ledger_seq', 41)")
+    out = tmp_path / "out"
+    out.mkdir()
+
+    result = run_cli("export", "--all", "--master", "local[2]", "--output", str(out), env=cli_env)
+
+    assert result.returncode == 0, result.stderr
+    assert "ledger_raw" in result.stdout and "(0, 41]" in result.stdout
+    assert dict(_checkpoints(export_db))["ledger_raw"] == 41
+    assert sorted(p.name for p in out.iterdir()) == ["backfill_all", "ledger_raw", "ledger_signed", "shouty_all"]
