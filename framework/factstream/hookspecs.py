@@ -59,7 +59,9 @@ def register_streams(register: Callable[[StreamSpec], None]) -> None:
 def register_caches(register: Callable[[CacheSpec], None]) -> None:
     """Register named caches the plugin reads through.
 
-    Call ``register(CacheSpec(name=..., max_size=...))``. Cache names are global.
+    Call ``register(CacheSpec(name=..., max_size=...))``, or register ``cached_specs(StoreClass)``
+    for a store whose methods are decorated with ``@cached(name=...)``. Cache names are global; every
+    process gets every cache, in ``host.caches`` (see docs/caches.md).
     """
 
 
