@@ -19,6 +19,7 @@ import caches_invalidation
 import codec
 import idgen_append
 import replication_e2e
+import spark_export
 
 
 def main() -> None:
@@ -26,10 +27,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement (default 3)")
     parser.add_argument(
         "--only",
-        choices=["idgen", "codec", "replication", "caches"],
+        choices=["idgen", "codec", "replication", "caches", "export"],
         action="append",
         help="run only these (repeatable)",
     )
+    parser.add_argument("--export-facts", type=int, default=1_000_000, help="facts in the Spark export benchmark")
     parser.add_argument("--catch-up-facts", type=int, default=1_000_000, help="facts behind for the catch-up test")
     args = parser.parse_args()
     server = os.environ.get("FACTSTREAM_BENCH_DATABASE_URL") or os.environ.get("FACTSTREAM_TEST_DATABASE_URL")
@@ -46,7 +48,7 @@ def main() -> None:
         migrator = Migrator(url, load_plugins())
         migrator.upgrade()
         migrator.close()
-        only = set(args.only or ["idgen", "codec", "replication", "caches"])
+        only = set(args.only or ["idgen", "codec", "replication", "caches", "export"])
         if "idgen" in only:
             print(f"idgen append ({args.seconds:g} s each):", flush=True)
             for line in idgen_append.run(url, args.seconds):
@@ -63,6 +65,10 @@ def main() -> None:
         if "caches" in only:
             print("cache invalidation end to end (write, replicate over TCP, apply):", flush=True)
             for line in caches_invalidation.run(url, args.seconds):
+                print("  " + line, flush=True)
+        if "export" in only:
+            print("Spark export to Parquet (local[2], warm session):", flush=True)
+            for line in spark_export.run(url, args.export_facts):
                 print("  " + line, flush=True)
     finally:
         drop_database(url)

@@ -12,7 +12,6 @@ and never change (streams are append-only), so a task that is retried reads exac
 from __future__ import annotations
 
 import asyncio
-import io
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,11 +19,14 @@ import msgspec
 import psycopg
 
 from factstream.db.engine import libpq_url
-from factstream.export.plan import StreamPlan
+from factstream.export.plan import StreamPlan, split_range
 
 #: How export connections are named in PostgreSQL: not ``factstream/<instance>``, so an export is
 #: never mistaken for a live writer (see :mod:`factstream.export.watermark`).
 APPLICATION_NAME = "factstream-export"
+
+#: Stream IDs per ``COPY`` statement: a task reads its range in slices of this size.
+COPY_SLICE_IDS = 100_000
 
 #: Rows per record batch from an update function.
 FUNCTION_BATCH_ROWS = 10_000
@@ -33,28 +35,6 @@ FUNCTION_BATCH_ROWS = 10_000
 def connect(url: str) -> psycopg.Connection[Any]:
     """A blocking connection for export work (autocommit, named ``factstream-export``)."""
     return psycopg.connect(libpq_url(url), autocommit=True, application_name=APPLICATION_NAME, connect_timeout=10)
-
-
-class _CopyStream(io.RawIOBase):
-    """A readable file over the chunks ``COPY ... TO STDOUT`` produces, for Arrow's CSV reader."""
-
-    def __init__(self, chunks: Iterator[Any]) -> None:
-        self._chunks = chunks
-        self._pending = memoryview(b"")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._pending:
-            chunk = next(self._chunks, None)
-            if chunk is None:
-                return 0
-            self._pending = memoryview(chunk)
-        n = min(len(buffer), len(self._pending))
-        buffer[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
-        return n
 
 
 def read_range(url: str, plan: StreamPlan, lo: int, hi: int, *, content: bool = False) -> Iterator[Any]:
@@ -68,11 +48,16 @@ def read_range(url: str, plan: StreamPlan, lo: int, hi: int, *, content: bool = 
 
 
 def _read_with_copy(url: str, plan: StreamPlan, lo: int, hi: int, content: bool) -> Iterator[Any]:
+    """One ``COPY`` per slice of at most :data:`COPY_SLICE_IDS` IDs, each parsed whole by Arrow.
+
+    Whole slices (rather than a stream cut into blocks) let Arrow's CSV reader split the work across
+    threads even though values may contain newlines, and bound the memory a task holds.
+    """
     import pyarrow as pa
     from pyarrow import csv
 
     schema = plan.arrow_schema(content)
-    read_options = csv.ReadOptions(column_names=schema.names, block_size=4 << 20)
+    read_options = csv.ReadOptions(column_names=schema.names)
     parse_options = csv.ParseOptions(newlines_in_values=True)
     convert_options = csv.ConvertOptions(
         column_types={f.name: f.type for f in schema},
@@ -81,25 +66,22 @@ def _read_with_copy(url: str, plan: StreamPlan, lo: int, hi: int, content: bool)
         true_values=["t"],
         false_values=["f"],
     )
-    with connect(url) as conn, conn.cursor() as cur, cur.copy(plan.copy_sql(lo, hi, content)) as copy:
-        raw = _CopyStream(iter(copy))
-        try:
-            reader = csv.open_csv(
-                io.BufferedReader(raw, 1 << 20),
+    with connect(url) as conn, conn.cursor() as cur:
+        for a, b in split_range(lo, hi, -(-(hi - lo) // COPY_SLICE_IDS)):
+            with cur.copy(plan.copy_sql(a, b, content)) as copy:
+                data = b"".join(bytes(chunk) for chunk in copy)
+            if not data:
+                continue
+            table = csv.read_csv(
+                pa.py_buffer(data),
                 read_options=read_options,
                 parse_options=parse_options,
                 convert_options=convert_options,
             )
-        except pa.ArrowInvalid as exc:
-            if "Empty CSV file" in str(exc):
-                return
-            raise
-        for batch in reader:
-            if batch.num_rows:
-                yield batch.cast(schema) if batch.schema != schema else batch
-        # Let COPY finish cleanly even if Arrow stopped before the very end of the stream.
-        for _ in raw._chunks:
-            pass
+            del data
+            for batch in table.to_batches():
+                if batch.num_rows:
+                    yield batch
 
 
 def _read_with_function(url: str, plan: StreamPlan, lo: int, hi: int, content: bool) -> Iterator[Any]:
