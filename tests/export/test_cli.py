@@ -80,3 +80,42 @@ def test_export_all_runs_every_job_and_prints_a_summary(run_cli, cli_env, export
     assert "ledger_raw" in result.stdout and "(0, 41]" in result.stdout
     assert dict(_checkpoints(export_db))["ledger_raw"] == 41
     assert sorted(p.name for p in out.iterdir()) == ["backfill_all", "ledger_raw", "ledger_signed", "shouty_all"]
+
+
+def test_export_killed_during_the_write_and_rerun_writes_each_fact_once(run_cli, cli_env, export_db, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    facts = 400_000
+    with psycopg.connect(libpq_url(export_db), autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO ledger_credits SELECT g, 'w', 'acc' || (g %% 7), g, repeat('x', 40)"
+            " FROM generate_series(2, %s) AS g",
+            (facts + 1,),
+        )
+        conn.execute("SELECT setval('ledger_seq', %s)", (facts + 1,))
+    out = tmp_path / "out"
+    out.mkdir()
+    args = [sys.executable, "-m", "factstream", "export", "ledger_raw", "--master", "local[2]", "--output", str(out)]
+    proc = subprocess.Popen(args, env=cli_env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    staging = out / "ledger_raw" / "_staging"
+    deadline = time.monotonic() + 90
+    while not staging.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    killed = proc.poll() is None
+    if killed:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert killed, "the export finished before it could be killed during its write"
+    assert _checkpoints(export_db) == [("ledger_raw", 0)]
+
+    result = run_cli("export", "ledger_raw", "--master", "local[2]", "--output", str(out), env=cli_env)
+
+    assert result.returncode == 0, result.stderr
+    assert dict(_checkpoints(export_db))["ledger_raw"] == facts + 1
+    import pyarrow.parquet as pq
+
+    ids = pq.read_table(out / "ledger_raw", columns=["stream_id"]).column("stream_id").to_pylist()
+    assert len(ids) == facts and sorted(ids) == list(range(2, facts + 2))
