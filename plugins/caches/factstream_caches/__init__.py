@@ -7,6 +7,8 @@ The core finds the stream by its name when a host starts: every ``host.caches.in
 then also writes a row here, and rows replicated from other instances are applied to this process's
 caches before the stream's position advances.
 
+Its export job ``caches_hourly`` counts invalidations per cache per hour (``factstream_caches.export``).
+
 On the main instance it also runs retention (``factstream_caches.retention``) as a background task,
 started in ``startup`` and cancelled in ``shutdown``.
 """
@@ -19,7 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 import factstream
-from factstream import MigrationSpec, StreamSpec
+from factstream import ExportJobSpec, MigrationSpec, StreamSpec
+from factstream_caches.export import CACHES_HOURLY
 from factstream_caches.retention import delete_old_invalidations, run_retention
 from factstream_caches.rows import CACHES_STREAM, TABLE, CacheInvalidationRow
 
@@ -31,6 +34,11 @@ _tasks: dict[int, asyncio.Task[None]] = {}
 @factstream.hookimpl
 def register_streams(register: Callable[[StreamSpec], None]) -> None:
     register(CACHES_STREAM)
+
+
+@factstream.hookimpl
+def register_export_jobs(register: Callable[[ExportJobSpec], None]) -> None:
+    register(CACHES_HOURLY)
 
 
 @factstream.hookimpl
