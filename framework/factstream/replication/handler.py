@@ -58,13 +58,33 @@ class ProtocolError(Exception):
     """A peer sent something this process cannot accept; TCP answers ``ERROR`` and closes."""
 
 
+class RdataRun:
+    """Consecutive RDATA lines of one stream and writer, as a TCP link read them in one chunk.
+
+    ``tokens[i]`` is the i-th line's token (``None`` for ``batch``), ``rows[i]`` its decoded JSON row
+    and ``lines[i]`` the raw line (for relaying). Processing a run is exactly processing its lines
+    one at a time, in order; it only saves the per-line machinery.
+    """
+
+    __slots__ = ("instance_name", "lines", "rows", "stream_name", "tokens")
+
+    def __init__(
+        self, stream_name: str, instance_name: str, tokens: list[int | None], rows: list[Any], lines: list[bytes]
+    ) -> None:
+        self.stream_name = stream_name
+        self.instance_name = instance_name
+        self.tokens = tokens
+        self.rows = rows
+        self.lines = lines
+
+
 class _StreamQueue:
     """One stream's inbound commands, drained by that stream's task."""
 
     __slots__ = ("idle", "items", "wake")
 
     def __init__(self) -> None:
-        self.items: collections.deque[tuple[Connection, c.Command]] = collections.deque()
+        self.items: collections.deque[tuple[Connection, c.Command | RdataRun]] = collections.deque()
         self.wake = asyncio.Event()
         self.idle = asyncio.Event()
         self.idle.set()
@@ -148,8 +168,16 @@ class ReplicationHandler:
                     self._background.add(task)
                     task.add_done_callback(self._background.discard)
 
-    def _enqueue(self, conn: Connection, cmd: c.Command) -> None:
-        name = cmd.stream_name  # type: ignore[attr-defined]
+    def on_rdata_run(self, conn: Connection, run: RdataRun) -> None:
+        """Dispatch a run of RDATA lines (see :class:`RdataRun`); raises :class:`ProtocolError` like ``on_command``."""
+        if run.stream_name not in self.streams:
+            raise ProtocolError(f"unknown stream {run.stream_name!r}")
+        if run.instance_name == self.instance_name:
+            return
+        self._enqueue(conn, run, len(run.tokens))
+
+    def _enqueue(self, conn: Connection, cmd: c.Command | RdataRun, weight: int = 1) -> None:
+        name = cmd.stream_name  # type: ignore[union-attr]
         queue = self._queues.get(name)
         if queue is None:
             queue = self._queues[name] = _StreamQueue()
@@ -158,7 +186,7 @@ class ReplicationHandler:
         if not queue.wake.is_set():
             queue.idle.clear()
             queue.wake.set()
-        self._backlog += 1
+        self._backlog += weight
         if self._backlog >= self.max_backlog:
             self._capacity.clear()
 
@@ -194,16 +222,18 @@ class ReplicationHandler:
             try:
                 await self._process(stream, commands)
             finally:
-                self._backlog -= len(commands)
+                self._backlog -= sum(len(cmd.tokens) if type(cmd) is RdataRun else 1 for _, cmd in commands)
                 if not self._capacity.is_set() and self._backlog < self.max_backlog // 2:
                     self._capacity.set()
 
-    async def _process(self, stream: ReplicatedStream, commands: list[tuple[Connection, c.Command]]) -> None:
+    async def _process(self, stream: ReplicatedStream, commands: list[tuple[Connection, c.Command | RdataRun]]) -> None:
         #: Per writer, the last token whose rows the plugins have seen but the position not yet passed.
         pending: dict[str, int] = {}
         for conn, cmd in commands:
             try:
-                if type(cmd) is c.RdataCommand:
+                if type(cmd) is RdataRun:
+                    await self._process_run(stream, conn, cmd, pending)
+                elif type(cmd) is c.RdataCommand:
                     await self._process_rdata(stream, conn, cmd, pending)
                 elif isinstance(cmd, c.PositionCommand):
                     await self._advance_pending(stream, pending)
@@ -243,6 +273,38 @@ class ReplicationHandler:
             return  # already seen (a catch-up read it first)
         await self._call_on_rows(stream, instance, cmd.token, rows)
         pending[instance] = cmd.token
+
+    async def _process_run(
+        self, stream: ReplicatedStream, conn: Connection, run: RdataRun, pending: dict[str, int]
+    ) -> None:
+        if run.stream_name not in self._connected.get(conn, ()):
+            return  # wait for the POSITION, whose catch-up reads these rows from the database
+        instance = run.instance_name
+        rows = stream.parse_rows(run.rows)
+        key = (run.stream_name, instance)
+        seen = max(pending.get(instance, 0), stream.current_token(instance))
+        batch = self._batches.pop(key, None)
+        for token, row, raw in zip(run.tokens, rows, run.rows, strict=True):
+            if row is None:
+                log.warning("dropping RDATA with a bad row from %s on %s: %r", instance, stream.name, raw)
+                continue
+            if token is None:
+                if batch is None:
+                    batch = [row]
+                else:
+                    batch.append(row)
+                continue
+            if batch is None:
+                group = [row]
+            else:
+                batch.append(row)
+                group, batch = batch, None
+            if token <= seen:
+                continue  # already seen (a catch-up read it first)
+            await self._call_on_rows(stream, instance, token, group)
+            seen = pending[instance] = token
+        if batch is not None:
+            self._batches[key] = batch
 
     async def _process_position(self, conn: Connection, cmd: c.PositionCommand) -> None:
         stream = self.streams[cmd.stream_name]

@@ -99,8 +99,9 @@ class RedisTransport:
         assert self._publisher is not None
         while True:
             try:
+                subscribed = self.link is not None  # then one of the subscribers is us
                 counts = await self._publisher.pubsub_numsub(self.channel)
-                self._peers = bool(counts) and int(counts[0][1]) > 1
+                self._peers = bool(counts) and int(counts[0][1]) > (1 if subscribed else 0)
             except (RedisError, OSError):
                 self._peers = True  # unknown: keep sending
             await asyncio.sleep(PEER_CHECK_SECONDS)

@@ -75,6 +75,21 @@ class ReplicatedStream:
             raise RowError(f"stream {self.name!r}: bad row {raw!r}: {exc}") from None
         return self.spec.row_type(*msgspec.structs.astuple(wire))
 
+    def parse_rows(self, raws: list[Any]) -> list[Any]:
+        """:meth:`parse_row` for many wire values at once; ``None`` in place of each bad one."""
+        try:
+            wires = msgspec.convert(raws, list[self._wire_type])  # type: ignore[name-defined]
+        except msgspec.ValidationError:
+            out = []
+            for raw in raws:
+                try:
+                    out.append(self.parse_row(raw))
+                except RowError:
+                    out.append(None)
+            return out
+        row_type, astuple = self.spec.row_type, msgspec.structs.astuple
+        return [row_type(*astuple(w)) for w in wires]
+
     def encode_row(self, row: Any) -> list[Any]:
         """The wire array of a row (field order), JSON-encodable by the command codec."""
         return [msgspec.to_builtins(getattr(row, f)) for f in self.fields]

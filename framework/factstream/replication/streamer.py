@@ -51,6 +51,7 @@ class ReplicationStreamer:
         self.tick = tick
         self._wake = asyncio.Event()
         self._announce = False
+        self._skipped = False
         self._task: asyncio.Task[None] | None = None
         self.rows_sent = 0
         for stream in self.streams:
@@ -90,7 +91,15 @@ class ReplicationStreamer:
             for stream in self.streams:
                 stream.discard_updates_and_advance()
             self._announce = False
+            self._skipped = True
             return
+        if self._skipped:
+            # Rows were skipped while we thought nobody listened. If someone did (a transport can
+            # only estimate that), rows sent now would carry them past the gap: announce the
+            # position first, so a reader behind it catches up from the database.
+            self._skipped = False
+            for stream in self.streams:
+                self.send(c.PositionCommand(stream.name, self.instance_name, stream.last_token, stream.last_token))
         more = True
         while more:
             more = False

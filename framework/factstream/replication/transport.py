@@ -15,7 +15,7 @@ from typing import Protocol
 from factstream.config import Settings
 from factstream.errors import ConfigError
 from factstream.replication import commands as c
-from factstream.replication.handler import ReplicationHandler
+from factstream.replication.handler import RdataRun, ReplicationHandler
 from factstream.replication.tcp import Link, TcpClient, TcpConnection, TcpServer
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,12 @@ class TcpTransport:
             assert isinstance(self.endpoint, TcpServer)
             self.endpoint.send_all(cmd, exclude=conn)  # the hub relays writers' commands
 
+    def _dispatch_run(self, conn: TcpConnection, run: RdataRun) -> None:
+        self.handler.on_rdata_run(conn, run)  # raises ProtocolError for what must not be relayed
+        if self.is_server:
+            assert isinstance(self.endpoint, TcpServer)
+            self.endpoint.send_lines_all([line + b"\n" for line in run.lines], exclude=conn)
+
     def _connected(self, conn: TcpConnection) -> None:
         self.handler.new_connection(conn)
         if not self.is_server and self.on_connected is not None:
@@ -71,6 +77,7 @@ class TcpTransport:
             on_connect=self._connected,
             on_disconnect=self.handler.lost_connection,
             dispatch=self._dispatch,
+            dispatch_run=self._dispatch_run,
             max_line=limits.max_line,
             max_queue=limits.max_queue,
             capacity=self.handler,

@@ -1,0 +1,154 @@
+"""The TCP reader's run path (many RDATA lines handled at once) behaves exactly like the per-line path."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from factstream.replication.handler import ReplicationHandler
+from factstream.replication.stream import RowError
+from factstream.replication.tcp import TcpConnection
+
+
+class Row(msgspec.Struct, frozen=True):
+    key: str
+    n: int
+
+
+class _Stream:
+    """The slice of ReplicatedStream the handler uses, with positions in memory (no database here)."""
+
+    name = "s"
+    _wire = msgspec.defstruct("RowWire", [("key", str), ("n", int)], array_like=True, frozen=True)
+
+    def __init__(self) -> None:
+        self.positions: dict[str, int] = {}
+
+    def parse_row(self, raw: Any) -> Row:
+        try:
+            return Row(*msgspec.structs.astuple(msgspec.convert(raw, self._wire)))
+        except msgspec.ValidationError as exc:
+            raise RowError(str(exc)) from None
+
+    def parse_rows(self, raws: list[Any]) -> list[Row | None]:
+        out: list[Row | None] = []
+        for raw in raws:
+            try:
+                out.append(self.parse_row(raw))
+            except RowError:
+                out.append(None)
+        return out
+
+    def current_token(self, instance: str) -> int:
+        return self.positions.get(instance, 0)
+
+    def advance(self, instance: str, token: int) -> None:
+        self.positions[instance] = max(self.positions.get(instance, 0), token)
+
+    def can_discard_position(self, instance: str, token: int) -> bool:
+        return token <= self.current_token(instance)
+
+    async def get_updates_since(self, instance: str, low: int, high: int, limit: int) -> tuple[list, int, bool]:
+        return [], high, False
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def get_extra_info(self, _key: str) -> Any:
+        return ("127.0.0.1", 1)
+
+
+async def _deliver(lines: list[bytes], runs: bool) -> tuple[list[tuple[str, int, list[Row]]], dict[str, int], bytes]:
+    stream = _Stream()
+    seen: list[tuple[str, int, list[Row]]] = []
+    handler = ReplicationHandler(
+        "reader",
+        [stream],
+        on_rows=[lambda _s, i, t, rows: seen.append((i, t, list(rows)))],  # type: ignore[list-item]
+    )
+    writer = _Writer()
+    conn = TcpConnection(
+        None,  # type: ignore[arg-type]
+        writer,  # type: ignore[arg-type]
+        side="client",
+        local_name="reader",
+        server_name="srv",
+        dispatch=handler.on_command,
+        capacity=handler,
+        dispatch_run=handler.on_rdata_run if runs else None,
+    )
+    handler.new_connection(conn)
+    handler._connected[conn].add("s")
+    for start in range(0, len(lines), 7):  # several chunks, so runs also end at chunk borders
+        if not conn._receive_lines(lines[start : start + 7]):
+            break
+        await asyncio.sleep(0)
+    await handler.drained()
+    await handler.close()
+    return seen, stream.positions, writer.data
+
+
+def _line(kind: str, instance: str, token: int, n: int) -> bytes:
+    if kind == "row":
+        return f'RDATA s {instance} {token} ["k{n}",{n}]'.encode()
+    if kind == "batch":
+        return f'RDATA s {instance} batch ["b{n}",{n}]'.encode()
+    if kind == "crlf":
+        return f'RDATA s {instance} {token} ["c{n}",{n}]\r'.encode()
+    if kind == "badrow":
+        return f'RDATA s {instance} {token} ["x", "not an int"]'.encode()
+    if kind == "position":
+        return f"POSITION s {instance} {token} {token}".encode()
+    if kind == "spaced":
+        return f'RDATA s {instance} {token} [ "k{n}" , {n} ]'.encode()
+    return f"PING {n}".encode()
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["row", "row", "row", "batch", "crlf", "badrow", "position", "spaced", "ping"]),
+            st.sampled_from(["w1", "w2"]),
+            st.integers(0, 3),
+        ),
+        max_size=40,
+    )
+)
+@settings(max_examples=150, deadline=None)
+def test_runs_deliver_the_same_rows_tokens_and_positions_as_single_lines(steps) -> None:
+    tokens = {"w1": 0, "w2": 0}
+    lines = []
+    for n, (kind, instance, step) in enumerate(steps):
+        tokens[instance] += step  # step 0 repeats a token: a duplicate the handler must drop
+        lines.append(_line(kind, instance, tokens[instance], n))
+
+    one_by_one = asyncio.run(_deliver(lines, runs=False))
+    in_runs = asyncio.run(_deliver(lines, runs=True))
+
+    assert in_runs == one_by_one
+
+
+def test_a_bad_line_inside_a_run_is_refused_like_on_the_per_line_path() -> None:
+    lines = [b'RDATA s w1 1 ["a",1]', b'RDATA s w1 2 ["a",2', b'RDATA s w1 3 ["a",3]']
+    for runs in (False, True):
+        seen, positions, sent = asyncio.run(_deliver(lines, runs=runs))
+        assert [t for _, t, _ in seen] == [1]
+        assert positions == {"w1": 1}
+        assert sent.startswith(b"ERROR failed to parse line: RDATA")
+
+
+def test_huge_or_negative_tokens_fall_back_to_the_codec() -> None:
+    lines = [b'RDATA s w1 -4 ["a",1]', b'RDATA s w1 0005 ["a",5]', b"RDATA s w1 " + b"9" * 30 + b' ["a",6]']
+    assert asyncio.run(_deliver(lines, runs=True)) == asyncio.run(_deliver(lines, runs=False))
