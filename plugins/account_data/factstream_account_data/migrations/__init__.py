@@ -1,0 +1,1 @@
+"""Alembic revisions of the ``account_data`` branch."""

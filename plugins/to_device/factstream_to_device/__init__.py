@@ -1,0 +1,62 @@
+"""The bundled ``to_device`` stream plugin: send-to-device messages, per device inbox.
+
+* Stream ``to_device`` (row ``[entity]``: the recipient user, the reference's wire row), written by
+  the configured writers (``stream_writers.to_device``; several are allowed), synced under the token
+  key ``to_device_key``: a device's ``/sync`` delivers its pending messages in order and deletes
+  them only once a later sync acknowledges them (``factstream_to_device.sync``). A row wakes the
+  long polls of its recipient.
+* Tables ``device_inbox`` (the messages, content kept byte for byte), ``to_device_txns``
+  (idempotency per sender and transaction ID), ``to_device_devices`` (what ``"*"`` expands to) and
+  ``device_inbox_delivered``, in the migration branch ``to_device``.
+* Routes ``PUT /sendToDevice/{event_type}/{txn_id}`` and ``PUT /devices/{device_id}``.
+
+See docs/plugins/to_device.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import factstream
+from factstream import MigrationSpec, RouteSpec, StreamSpec
+from factstream_to_device.routes import ROUTES
+from factstream_to_device.rows import SEQUENCE, STREAM, SYNC_KEY, TABLES, ToDeviceRow
+from factstream_to_device.store import ToDeviceStore
+from factstream_to_device.sync import sync_to_device
+from factstream_to_device.web import max_body_bytes
+
+__all__ = ["TO_DEVICE_STREAM", "ToDeviceRow", "ToDeviceStore"]
+
+TO_DEVICE_STREAM = StreamSpec(
+    name=STREAM,
+    row_type=ToDeviceRow,
+    tables=TABLES,
+    sequence=SEQUENCE,
+    writers="configured",
+    sync_key=SYNC_KEY,
+    user_field="entity",
+    sync_rows=sync_to_device,
+    description="send-to-device messages: one fact per message per recipient device",
+)
+
+
+@factstream.hookimpl
+def register_streams(register: Callable[[StreamSpec], None]) -> None:
+    register(TO_DEVICE_STREAM)
+
+
+@factstream.hookimpl
+def register_migrations(register: Callable[[MigrationSpec], None]) -> None:
+    register(MigrationSpec.from_package("factstream_to_device.migrations"))
+
+
+@factstream.hookimpl
+def register_routes(register: Callable[[RouteSpec], None]) -> None:
+    for route in ROUTES:
+        register(route)
+
+
+@factstream.hookimpl
+def startup(host: Any) -> None:
+    max_body_bytes()  # a bad limit stops the host at start-up, not at the first request

@@ -1,0 +1,1 @@
+"""Alembic revisions of the ``to_device`` branch."""

@@ -1,0 +1,97 @@
+"""``/sync`` for to-device messages: a device's pending messages, deleted only once acknowledged.
+
+A device's inbox holds the messages it has not acknowledged. A ``/sync`` for ``(user, device)``:
+
+1. **acknowledges**: per writer ``W``, deletes the messages at or below ``min(since[W], delivered[W])``
+   where ``delivered[W]`` is the highest stream ID of ``W`` that an earlier response carried to this
+   device. Holding a token past a message is not enough to delete it: the message must also have
+   been sent. So a response cut short by ``limit`` never causes the messages after the cut to be
+   deleted, whatever token the client holds next;
+2. **delivers** the oldest pending messages up to ``upto`` (per writer), at most ``limit`` of them,
+   in stream order, and records the highest stream ID sent per writer.
+
+Pending messages are not filtered by ``since``: whatever is still in the inbox has not been
+acknowledged. A response that is lost costs nothing: the client syncs again with its older token,
+nothing more is deleted, and the same messages come again. Messages of one writer are delivered in
+its stream order, and the first ``limit`` are a prefix of every writer's pending messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from factstream import SyncRequest
+from factstream_to_device.rows import DELIVERED_TABLE, INBOX_TABLE
+from factstream_to_device.store import ToDeviceStore
+
+_DELIVERED = f"""
+SELECT instance_name, stream_id FROM {DELIVERED_TABLE} WHERE user_id = %(user_id)s AND device_id = %(device_id)s
+"""
+_ACKNOWLEDGE = f"""
+DELETE FROM {INBOX_TABLE} AS d
+USING unnest(%(writers)s::text[], %(upto)s::bigint[]) AS a(writer, upto)
+WHERE d.entity = %(user_id)s AND d.device_id = %(device_id)s
+  AND d.instance_name = a.writer AND d.stream_id <= a.upto
+"""
+_PENDING = f"""
+SELECT d.stream_id, d.instance_name, d.sender, d.message_type, d.content
+FROM {INBOX_TABLE} d
+JOIN unnest(%(writers)s::text[], %(high)s::bigint[]) AS r(writer, high)
+  ON d.instance_name = r.writer AND d.stream_id <= r.high
+WHERE d.entity = %(user_id)s AND d.device_id = %(device_id)s
+ORDER BY d.stream_id
+LIMIT %(limit)s
+"""
+_RECORD = f"""
+INSERT INTO {DELIVERED_TABLE} AS x (user_id, device_id, instance_name, stream_id)
+SELECT %(user_id)s, %(device_id)s, s.writer, s.sent
+FROM unnest(%(writers)s::text[], %(sent)s::bigint[]) AS s(writer, sent)
+ON CONFLICT (user_id, device_id, instance_name) DO UPDATE SET stream_id = GREATEST(x.stream_id, EXCLUDED.stream_id)
+"""
+
+
+async def sync_to_device(request: SyncRequest) -> list[dict[str, Any]]:
+    """The items of one device's ``/sync`` (see the module docstring); nothing without a device.
+
+    Each item is ``{"stream_id", "instance", "type", "sender", "content"}`` with the content embedded
+    unchanged (``msgspec.Raw``).
+    """
+    device_id = request.device
+    if not device_id or request.limit < 1:
+        return []
+    host = request.host
+    user_id = request.user
+    await ToDeviceStore.of(host).remember_device(user_id, device_id)
+    who = {"user_id": user_id, "device_id": device_id}
+    async with host.database().transaction() as txn:
+        cur = await txn.execute(_DELIVERED, who)
+        delivered = {str(w): int(s) for w, s in await cur.fetchall()}
+        acks = {w: min(request.since.get(w, 0), sent) for w, sent in delivered.items()}
+        acks = {w: upto for w, upto in acks.items() if upto > 0}
+        if acks:
+            await txn.execute(_ACKNOWLEDGE, {**who, "writers": list(acks), "upto": list(acks.values())})
+        writers = [w for w, high in request.upto.items() if high > 0]
+        if not writers:
+            return []
+        cur = await txn.execute(
+            _PENDING,
+            {**who, "writers": writers, "high": [request.upto[w] for w in writers], "limit": request.limit},
+        )
+        rows = await cur.fetchall()
+        sent: dict[str, int] = {}
+        for stream_id, instance, *_ in rows:
+            sent[str(instance)] = max(sent.get(str(instance), 0), int(stream_id))
+        if sent:
+            await txn.execute(_RECORD, {**who, "writers": list(sent), "sent": list(sent.values())})
+    return [
+        {
+            "stream_id": int(stream_id),
+            "instance": str(instance),
+            "type": str(message_type),
+            "sender": str(sender),
+            "content": msgspec.Raw(str(content).encode("utf-8")),
+        }
+        for stream_id, instance, sender, message_type, content in rows
+    ]
