@@ -1,0 +1,43 @@
+"""The account_data export job, run for real on local Spark over changes written by a real host."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from factstream.export.runner import ExportRunner
+from factstream.plugins import load_plugins
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+async def test_account_data_latest_gives_one_row_per_user_room_and_type_with_its_last_change(
+    make_host, tmp_path, spark
+):
+    from factstream_account_data import AccountDataStore
+
+    main = await make_host("main")
+    store = AccountDataStore.of(main)
+    ids = []
+    for n in range(3):
+        ids.append(await store.put("@a:hs", None, "m.t", f'{{"n": {n}}}'))
+    ids.append(await store.put("@a:hs", "!r:hs", "m.t", "{}"))
+    ids.append(await store.put("@b:hs", None, "m.t", "{}"))
+    url = main.database().url
+    await main.stop()
+
+    plugins = load_plugins()
+    out = tmp_path / "out"
+    out.mkdir()
+    job = plugins.registry.export_jobs.get("account_data_latest")
+    result = await asyncio.to_thread(ExportRunner(spark, plugins, url, out.as_uri()).run, job)
+
+    assert result.status != "failed"
+    rows = spark.read.parquet(str(out / "account_data_latest")).collect()
+    got = sorted((r.user_id, r.room_id or "", r.data_type, r.changes, r.last_stream_id, r.last_instance) for r in rows)
+    assert got == [
+        ("@a:hs", "", "m.t", 3, ids[2], "main"),
+        ("@a:hs", "!r:hs", "m.t", 1, ids[3], "main"),
+        ("@b:hs", "", "m.t", 1, ids[4], "main"),
+    ]
