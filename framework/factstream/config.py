@@ -84,6 +84,46 @@ class CachesConfig(_Section):
     )
 
 
+class HttpToken(_Section):
+    """One entry of ``http.tokens``: the user a bearer token stands for, and whether it may write."""
+
+    user: str = Field(min_length=1, description="the user ID requests with this token act as")
+    write: bool = Field(default=False, description="may call write routes (access 'writer')")
+
+
+class HttpConfig(_Section):
+    """``http``: the host's HTTP API (see docs/http-api.md)."""
+
+    port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="overrides this instance's instance_map http_port; 0 = no HTTP server",
+    )
+    bind: str | None = Field(default=None, description="address to listen on; default the instance's instance_map host")
+    tokens: dict[str, HttpToken] = Field(default_factory=dict, description="bearer token -> user (and write right)")
+    token_table: bool = Field(default=True, description="also accept tokens from the access_tokens table")
+    token_cache_seconds: float = Field(default=10.0, ge=0, description="seconds a table lookup is kept")
+    sync_timeout_max_seconds: float = Field(
+        default=30.0, gt=0, le=600, description="longest /sync long poll; larger timeouts are capped"
+    )
+    catch_up_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="how long /sync waits for this instance to reach a client's token"
+    )
+    sync_limit: int = Field(default=1000, ge=1, le=100_000, description="most items per stream in one /sync response")
+    shutdown_grace_seconds: int = Field(
+        default=1, ge=1, le=3600, description="on shutdown, how long open requests get before they are cancelled"
+    )
+
+    @field_validator("tokens")
+    @classmethod
+    def _tokens(cls, value: dict[str, HttpToken]) -> dict[str, HttpToken]:
+        for token in value:
+            if not token or any(c.isspace() for c in token):
+                raise ValueError("a token must be non-empty and contain no whitespace")
+        return value
+
+
 class InstanceEndpoint(_Section):
     """One entry of ``instance_map``: where an instance listens."""
 
@@ -106,6 +146,7 @@ class Settings(BaseSettings):
     redis: RedisConfig = RedisConfig()
     replication: ReplicationConfig = ReplicationConfig()
     caches: CachesConfig = CachesConfig()
+    http: HttpConfig = HttpConfig()
     instance_map: dict[str, InstanceEndpoint] = Field(default_factory=dict)
     stream_writers: dict[str, list[str]] = Field(default_factory=dict)
 
@@ -159,6 +200,20 @@ class Settings(BaseSettings):
     def writers_for(self, stream: str) -> list[str]:
         """Configured writers of ``stream``; by default the first instance (``main`` alone)."""
         return list(self.stream_writers.get(stream, [self.main_instance]))
+
+    def http_endpoint(self) -> tuple[str, int] | None:
+        """Where this instance's HTTP API listens, or None when it has none.
+
+        The port is ``http.port`` when set, else this instance's ``instance_map`` ``http_port``;
+        0 or absent means no HTTP server. The address is ``http.bind``, else the instance's
+        ``instance_map`` host, else 127.0.0.1.
+        """
+        endpoint = self.instance_map.get(self.instance_name)
+        port = self.http.port if self.http.port is not None else (endpoint.http_port if endpoint else None)
+        if not port:
+            return None
+        host = self.http.bind or (endpoint.host if endpoint else "127.0.0.1")
+        return host, port
 
     @property
     def main_instance(self) -> str:

@@ -9,7 +9,7 @@ from different plugins.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from factstream.errors import PluginError
@@ -102,7 +102,8 @@ class Registry:
             self.export_jobs.add(plugin, spec)
         elif isinstance(spec, RouteSpec):
             for method in spec.methods:
-                self.routes.add(plugin, RouteSpec(spec.path, spec.endpoint, (method,), spec.name))
+                # One entry per method, keeping the access level the whole spec resolved to.
+                self.routes.add(plugin, replace(spec, methods=(method,)))
         elif isinstance(spec, CommandSpec):
             self.commands.add(plugin, spec)
         else:

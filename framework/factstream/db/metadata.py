@@ -7,7 +7,7 @@ migration history says.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, DateTime, Index, Integer, MetaData, Table, Text, func
+from sqlalchemy import BigInteger, Boolean, Column, DateTime, Index, Integer, MetaData, Table, Text, false, func
 
 metadata = MetaData()
 
@@ -57,4 +57,16 @@ export_checkpoints = Table(
     Column("upto", BigInteger, nullable=False),
     Column("output", Text, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+#: Bearer tokens of the HTTP API (besides those configured under ``http.tokens``): a request with
+#: ``token`` acts as ``user_id`` and may call write routes when ``can_write``.
+access_tokens = Table(
+    "access_tokens",
+    metadata,
+    Column("token", Text, primary_key=True),
+    Column("user_id", Text, nullable=False),
+    Column("can_write", Boolean, nullable=False, server_default=false()),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("access_tokens_user_idx", "user_id"),
 )

@@ -4,9 +4,12 @@ Start-up order: configuration and plugins are already loaded; the database is re
 embedded server is started when none is configured) and must be migrated; every registered stream
 gets its ID generator (claiming this writer's lease) and its replication state; the transport starts
 (Redis when ``redis.url`` is set, else TCP: a server on the main instance, a client elsewhere);
-finally the plugins' ``startup`` hooks run. The cache registry (``host.caches``) is built before the
-transport starts, so no replicated invalidation can arrive before the caches exist. Shutdown runs in
-reverse and persists final positions.
+then the plugins' ``startup`` hooks run, and last the HTTP API starts (when this instance has an
+``http_port``), so no request reaches a half-started host. The cache registry (``host.caches``) is
+built before the transport starts, so no replicated invalidation can arrive before the caches exist.
+The sync service (``host.sync``: token layout, notifier, wake-ups) is built before the transport
+starts too, and checks that every sync key follows a replicated stream. Shutdown runs in reverse
+(the HTTP API first) and persists final positions.
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ from factstream.config import Settings
 from factstream.db.database import Database
 from factstream.db.engine import check_database, database_url
 from factstream.errors import ConfigError, FactstreamError
+from factstream.host.auth import TokenAuthenticator
+from factstream.host.server import HttpServer
+from factstream.host.sync import SyncService
 from factstream.idgen.generator import MultiWriterIdGenerator
 from factstream.idgen.leases import WriterLeases
 from factstream.plugins import PluginHost
 from factstream.replication import commands as c
-from factstream.replication.handler import ReplicationHandler, RowsCallback
+from factstream.replication.handler import PositionCallback, ReplicationHandler, RowsCallback
 from factstream.replication.stream import ReplicatedStream
 from factstream.replication.streamer import ReplicationStreamer
 from factstream.replication.transport import Transport, make_transport
@@ -52,6 +58,11 @@ class Host:
         self.transport: Transport | None = None
         #: This process's caches (filled from the plugins' registrations when the host starts).
         self.caches = CacheRegistry(instance_name=self.instance_name)
+        #: ``/sync``: token layout, notifier and wake-ups (built when the host starts).
+        self.sync: SyncService | None = None
+        #: The HTTP API's ASGI application (built when the host starts, served if it has a port).
+        self.app: Any = None
+        self.http: HttpServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
 
@@ -68,6 +79,12 @@ class Host:
             return self.streams[stream].id_gen
         except KeyError:
             raise FactstreamError(f"unknown stream {stream!r} (streams: {', '.join(self.streams)})") from None
+
+    def sync_service(self) -> SyncService:
+        """The ``/sync`` service (token layout, notifier)."""
+        if self.sync is None:
+            raise FactstreamError("the host has not started")
+        return self.sync
 
     async def wait_for_stream_position(self, instance: str, stream: str, position: int, timeout: float = 5.0) -> bool:
         assert self.handler is not None
@@ -105,11 +122,23 @@ class Host:
         if caches_stream is not None:
             self.caches.attach_stream(caches_stream.spec, caches_stream.id_gen)
         # Caches first: plugins' on_rows hooks (and, after them, the position) see them invalidated.
+        self.sync = await SyncService.create(self, self.db, self.streams)
+        # Caches first: plugins' on_rows hooks (and, after them, the position) see them invalidated.
         on_rows: list[RowsCallback] = [self._invalidate_caches] if self.caches.applier.streams() else []
         if self.plugins.has_impls("on_rows"):
             on_rows.append(self._on_rows)
+        on_position: list[PositionCallback] = []
+        if self.sync.synced:
+            # Wake-ups only for streams with a sync key: rows are remembered before the advance
+            # and their users woken after it.
+            on_rows.append(self.sync.router.on_rows)
+            on_position.append(self.sync.router.on_position)
         self.handler = ReplicationHandler(
-            self.instance_name, self.streams.values(), on_rows=on_rows, max_backlog=settings.replication.max_backlog
+            self.instance_name,
+            self.streams.values(),
+            on_rows=on_rows,
+            on_position=on_position,
+            max_backlog=settings.replication.max_backlog,
         )
         self.transport = make_transport(settings, self.handler)
         self.streamer = ReplicationStreamer(
@@ -123,9 +152,28 @@ class Host:
         self.transport.on_connected = self.streamer.announce
         await self.transport.start()
         self.streamer.start()
+        self.sync.start()
         self._tasks.append(asyncio.get_running_loop().create_task(self._check_retired(), name="retired-writers"))
         await self.plugins.startup(self)
-        log.info("instance %s started with streams %s", self.instance_name, ", ".join(self.streams) or "(none)")
+        self.app = self.build_app()
+        endpoint = settings.http_endpoint()
+        if endpoint is not None:
+            self.http = HttpServer(self.app, *endpoint, grace=settings.http.shutdown_grace_seconds)
+            await self.http.start()
+        log.info(
+            "instance %s started with streams %s%s",
+            self.instance_name,
+            ", ".join(self.streams) or "(none)",
+            f"; HTTP API on {self.http.url}" if self.http is not None else "",
+        )
+
+    def build_app(self) -> Any:
+        """The HTTP API (a Starlette app) of the core's and the plugins' routes."""
+        from factstream.host.http import build_app
+        from factstream.host.routes import core_routes, plugin_routes
+
+        auth = TokenAuthenticator.from_config(self.settings.http, self.db)
+        return build_app(self, core_routes() + plugin_routes(self), auth)
 
     def _check_migrated(self, url: str) -> None:
         from factstream.migrate import Migrator
@@ -178,6 +226,11 @@ class Host:
         await transport.start()
 
     async def stop(self) -> None:
+        if self.sync is not None:
+            self.sync.notifier.close()  # open long polls answer now, before the server stops
+        if self.http is not None:
+            await self.http.close()
+            self.http = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -186,6 +239,8 @@ class Host:
         self._tasks.clear()
         for error in await self.plugins.shutdown(self):
             log.error("%s", error)
+        if self.sync is not None:
+            await self.sync.close()
         if self.streamer is not None:
             await self.streamer.close()
         if self.transport is not None:

@@ -104,6 +104,7 @@ class Notifier:
         self._user_rooms: dict[str, frozenset[str]] = {}
         self._any_event: asyncio.Future[None] | None = None
         self._open_waits = 0
+        self._closed = False
 
     # -- room membership ---------------------------------------------------------------------------
 
@@ -210,6 +211,8 @@ class Notifier:
             while True:
                 current = stream.current_token
                 if current == prev:
+                    if self._closed:
+                        break
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         break
@@ -255,13 +258,32 @@ class Notifier:
         deadline = loop.time() + timeout
         while not token.is_before_or_eq(self.current_token()):
             remaining = deadline - loop.time()
-            if remaining <= 0:
+            if remaining <= 0 or self._closed:
                 return False
             if self._any_event is None or self._any_event.done():
                 self._any_event = loop.create_future()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._any_event), min(poll, remaining))
         return True
+
+    def close(self) -> None:
+        """End every wait now (the process is stopping): each returns what it has, as on a timeout.
+
+        Waits that start afterwards return at once. Lets a server answer its long polls before it
+        stops instead of cutting their connections.
+        """
+        self._closed = True
+        self._wake_token_waiters()
+        for stream in self._streams.values():
+            for future in stream.listeners:
+                if not future.done():
+                    future.set_result(stream.current_token)
+            stream.listeners.clear()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
 
     # -- user streams and expiry -------------------------------------------------------------------
 

@@ -1,0 +1,231 @@
+"""The host's HTTP API: a Starlette application of the core routes and the plugins' routes.
+
+Every route is a :class:`~factstream.specs.RouteSpec`; the core's own (``/sync``, ``/streams``,
+``/health`` ...) live in :mod:`factstream.host.routes` and are built exactly like a plugin's. Each
+endpoint is wrapped so that:
+
+* the bearer token is checked against the route's ``access`` level before the endpoint runs
+  (``public``: none needed; ``user``: any valid token, else 401; ``writer``: a token that may write,
+  else 403), and ``request.state.user`` (the user ID, ``None`` on public routes),
+  ``request.state.principal`` and ``request.state.host`` are set;
+* a returned value that is not a ``Response`` is sent as JSON (status 200);
+* every error is JSON ``{"error": message}``: bad input is a 4xx with a message that says what was
+  wrong (``TokenError`` 400, a body that is not JSON 400, ``HTTPException`` its own status), and an
+  unexpected exception is logged with the route and answered with 500 ``internal error``.
+
+``GET /openapi.json`` describes every route, core and plugin, built from the specs (summary from the
+route name or the endpoint's docstring, path parameters from the path, bearer security unless public).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from factstream.errors import PluginError
+from factstream.host.auth import AuthError, TokenAuthenticator, check_access
+from factstream.specs import RouteSpec
+from factstream.sync import TokenError
+
+if TYPE_CHECKING:
+    from factstream.host.app import Host
+
+log = logging.getLogger(__name__)
+
+_encoder = msgspec.json.Encoder()
+_PATH_PARAM = re.compile(r"{([a-zA-Z_][a-zA-Z0-9_]*)(?::[a-z]+)?}")
+_STATUS_TEXT = {400: "bad request", 401: "unauthorized", 403: "forbidden", 404: "not found", 405: "method not allowed"}
+
+
+class JsonResponse(Response):
+    """A JSON response encoded with msgspec (handles Structs, datetimes, UUIDs ...)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return _encoder.encode(content)
+
+
+def error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> JsonResponse:
+    """The API's one error shape: ``{"error": message}``."""
+    return JsonResponse({"error": message}, status_code=status, headers=headers)
+
+
+@dataclass(frozen=True)
+class ApiRoute:
+    """A route as served: its spec, who registered it, and what the OpenAPI schema says about it."""
+
+    spec: RouteSpec
+    plugin: str
+    summary: str = ""
+    description: str = ""
+    #: OpenAPI parameter objects besides the path's own (query parameters).
+    parameters: tuple[dict[str, Any], ...] = ()
+    #: Extra OpenAPI responses by status code.
+    responses: dict[str, Any] = field(default_factory=dict)
+
+
+def wrap_endpoint(route: ApiRoute, host: Host, auth: TokenAuthenticator) -> Callable[[Request], Awaitable[Response]]:
+    """The Starlette endpoint for ``route``: access check, state, JSON results, JSON errors."""
+    spec = route.spec
+    endpoint = spec.endpoint
+    where = f"{','.join(spec.methods)} {spec.path} (plugin {route.plugin!r})"
+
+    async def serve(request: Request) -> Response:
+        request.state.host = host
+        request.state.user = None
+        request.state.principal = None
+        try:
+            if spec.access != "public":
+                principal = await auth.authenticate(request.headers.get("authorization"))
+                check_access(spec.access, principal)
+                request.state.principal = principal
+                request.state.user = principal.user
+            result = endpoint(request)
+            if inspect.isawaitable(result):
+                result = await result
+        except AuthError as exc:
+            headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+            return error_response(exc.status, exc.message, headers)
+        except HTTPException as exc:
+            return error_response(exc.status_code, str(exc.detail or _STATUS_TEXT.get(exc.status_code, "error")))
+        except TokenError as exc:
+            return error_response(400, f"invalid sync token: {exc}")
+        except msgspec.ValidationError as exc:  # before DecodeError, its base class
+            return error_response(400, f"invalid request: {exc}")
+        except (json.JSONDecodeError, msgspec.DecodeError, UnicodeDecodeError) as exc:
+            return error_response(400, f"the request body is not valid JSON: {exc}")
+        except Exception:
+            log.exception("%s failed", where)
+            return error_response(500, "internal error")
+        if isinstance(result, Response):
+            return result
+        try:
+            return JsonResponse(result)
+        except (TypeError, msgspec.EncodeError):
+            log.exception("%s returned something that is not JSON-able: %r", where, type(result))
+            return error_response(500, "internal error")
+
+    serve.__name__ = spec.name or getattr(endpoint, "__name__", "endpoint")
+    serve.__doc__ = endpoint.__doc__
+    return serve
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    status = exc.status_code
+    return error_response(status, str(exc.detail or _STATUS_TEXT.get(status, "error")), exc.headers)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal error")
+
+
+def check_routes(routes: Sequence[ApiRoute]) -> None:
+    """No two routes share a method and path (a plugin shadowing a core route names both)."""
+    seen: dict[tuple[str, str], str] = {}
+    for route in routes:
+        for method in route.spec.methods:
+            owner = seen.setdefault((method, route.spec.path), route.plugin)
+            if owner != route.plugin:
+                a, b = sorted((owner, route.plugin))
+                raise PluginError(f"duplicate route '{method} {route.spec.path}': registered by both {a!r} and {b!r}")
+
+
+def build_app(host: Host, routes: Sequence[ApiRoute], auth: TokenAuthenticator) -> Starlette:
+    """The ASGI application serving ``routes`` for ``host``."""
+    check_routes(routes)
+    starlette_routes = [
+        Route(r.spec.path, wrap_endpoint(r, host, auth), methods=list(r.spec.methods), name=r.spec.name or None)
+        for r in routes
+    ]
+    app = Starlette(
+        routes=starlette_routes,
+        exception_handlers={HTTPException: _http_error, 500: _server_error},
+    )
+    app.state.host = host
+    app.state.openapi = openapi_schema(host, routes)
+    return app
+
+
+# -- OpenAPI -------------------------------------------------------------------------------------------------
+
+
+def _doc(endpoint: Callable[..., Any]) -> tuple[str, str]:
+    doc = inspect.getdoc(endpoint) or ""
+    first, _, rest = doc.partition("\n\n")
+    return " ".join(first.split()), rest.strip()
+
+
+def openapi_schema(host: Host, routes: Sequence[ApiRoute]) -> dict[str, Any]:
+    """An OpenAPI 3.1 description of ``routes``."""
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        spec = route.spec
+        summary, description = _doc(spec.endpoint)
+        path = _PATH_PARAM.sub(r"{\1}", spec.path)
+        parameters = [
+            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+            for name in _PATH_PARAM.findall(spec.path)
+        ]
+        parameters += list(route.parameters)
+        responses: dict[str, Any] = {"200": {"description": "OK"}}
+        if spec.access != "public":
+            responses["401"] = {"description": "missing or unknown bearer token", "content": _ERROR_CONTENT}
+        if spec.access == "writer":
+            responses["403"] = {"description": "the token may not write", "content": _ERROR_CONTENT}
+        responses.update(route.responses)
+        for method in spec.methods:
+            operation: dict[str, Any] = {
+                "summary": route.summary or summary or spec.name or f"{method} {path}",
+                "operationId": f"{method.lower()}_{spec.name or _operation_name(path)}",
+                "tags": [route.plugin],
+                "parameters": parameters,
+                "responses": responses,
+                "security": [] if spec.access == "public" else [{"bearer": []}],
+                "x-factstream-access": spec.access,
+            }
+            if route.description or description:
+                operation["description"] = route.description or description
+            paths.setdefault(path, {})[method.lower()] = operation
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": f"factstream {host.settings.deployment}",
+            "version": _version(),
+            "description": f"The HTTP API of factstream instance {host.instance_name}.",
+        },
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {"Error": {"type": "object", "properties": {"error": {"type": "string"}}}},
+        },
+    }
+
+
+def _version() -> str:
+    try:
+        return metadata.version("factstream")
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+_ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+
+
+def _operation_name(path: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", path.lower()).strip("_") or "root"

@@ -1,0 +1,160 @@
+"""The core's own HTTP routes: ``/sync``, ``/streams``, ``/streams/{name}/positions``, ``/health``,
+``/metrics`` and ``/openapi.json``. They are ordinary :class:`~factstream.specs.RouteSpec` endpoints,
+served and documented exactly like a plugin's (see :mod:`factstream.host.http` and docs/http-api.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from factstream.host.http import ApiRoute
+from factstream.specs import RouteSpec
+
+if TYPE_CHECKING:
+    from factstream.host.app import Host
+    from factstream.replication.stream import ReplicatedStream
+
+CORE = "factstream"
+
+#: The longest ``device`` query parameter accepted.
+MAX_DEVICE_LENGTH = 255
+
+
+def _host(request: Request) -> Host:
+    host: Host = request.state.host
+    return host
+
+
+async def sync(request: Request) -> Any:
+    """Long-poll every synced stream: the user's new items per stream and the next token.
+
+    Answers at once when something is new for the user after ``since`` (or, without ``since``,
+    everything the user may see, up to the limit); otherwise waits up to ``timeout`` milliseconds
+    for something to happen. Use ``next_batch`` as the next request's ``since``. With
+    ``"limited": true`` more items are waiting: sync again at once.
+    """
+    host = _host(request)
+    query = request.query_params
+    timeout_text = query.get("timeout", "0")
+    if not timeout_text.isascii() or not timeout_text.isdigit() or len(timeout_text) > 9:
+        raise HTTPException(400, f"timeout must be a whole number of milliseconds, not {timeout_text[:40]!r}")
+    device = query.get("device") or None
+    if device is not None and len(device) > MAX_DEVICE_LENGTH:
+        raise HTTPException(400, f"device must be at most {MAX_DEVICE_LENGTH} characters")
+    service = host.sync_service()
+    return await service.sync(request.state.user, query.get("since"), int(timeout_text) / 1000, device)
+
+
+def _stream_info(host: Host, stream: ReplicatedStream) -> dict[str, Any]:
+    gen = stream.id_gen
+    registry = host.plugins.registry
+    spec = stream.spec
+    return {
+        "name": stream.name,
+        "plugin": registry.streams.entries[stream.name].plugin if stream.name in registry.streams else None,
+        "description": spec.description,
+        "writers": host.settings.writers_for(stream.name) if spec.writers == "configured" else "any",
+        "is_writer": gen.is_writer,
+        "sync_key": spec.sync_key,
+        "positions": {w: p * stream.factor for w, p in sorted(gen.get_positions().items())},
+        "current_token": gen.get_current_token() * stream.factor,
+        "persisted_upto": gen.get_persisted_upto_position() * stream.factor,
+    }
+
+
+async def streams(request: Request) -> Any:
+    """Every registered stream with its plugin, writers, sync key and positions on this instance."""
+    host = _host(request)
+    return {"instance": host.instance_name, "streams": [_stream_info(host, s) for s in host.streams.values()]}
+
+
+async def stream_positions(request: Request) -> Any:
+    """One stream's positions as this instance sees them.
+
+    ``positions``: each writer's position; ``current_token``: the position every writer has
+    reached (the minimum, what single-position readers use); ``persisted_upto``: the watermark
+    below which no fact is missing (what exports read up to). All are wire tokens.
+    """
+    host = _host(request)
+    name = request.path_params["name"]
+    stream = host.streams.get(name)
+    if stream is None:
+        known = ", ".join(host.streams) or "none"
+        raise HTTPException(404, f"unknown stream {name[:100]!r} (streams: {known})")
+    info = _stream_info(host, stream)
+    return {"instance": host.instance_name, "stream": name} | {
+        k: info[k] for k in ("positions", "current_token", "persisted_upto")
+    }
+
+
+async def health(request: Request) -> Any:
+    """Liveness: 200 while the instance runs, with the state of its replication links."""
+    host = _host(request)
+    transport = host.transport
+    handler = host.handler
+    return {
+        "status": "ok",
+        "instance": host.instance_name,
+        "replication": {
+            "transport": None if transport is None else ("redis" if host.settings.redis.url else "tcp"),
+            "connected": bool(transport is not None and transport.has_peers()),
+            "connections": 0 if handler is None else len(handler.connections),
+        },
+    }
+
+
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics of this process (text exposition format)."""
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
+async def openapi(request: Request) -> Any:
+    """This API's OpenAPI 3.1 schema: the core routes and every plugin's."""
+    return request.app.state.openapi
+
+
+_QUERY = "query"
+
+
+def core_routes() -> list[ApiRoute]:
+    """The core's routes, in the order the schema lists them."""
+
+    def param(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+        return {"name": name, "in": _QUERY, "required": False, "schema": schema, "description": description}
+
+    sync_params = (
+        param("since", {"type": "string"}, "next_batch of the previous response; absent: from the start"),
+        param(
+            "timeout",
+            {"type": "integer", "minimum": 0, "default": 0},
+            "milliseconds to wait for something new (capped by http.sync_timeout_max_seconds)",
+        ),
+        param("device", {"type": "string", "maxLength": MAX_DEVICE_LENGTH}, "the requesting device, for plugins"),
+    )
+    return [
+        ApiRoute(
+            RouteSpec("/sync", sync, name="sync", access="user"),
+            CORE,
+            parameters=sync_params,
+            responses={"400": {"description": "malformed since or timeout"}},
+        ),
+        ApiRoute(RouteSpec("/streams", streams, name="streams", access="user"), CORE),
+        ApiRoute(
+            RouteSpec("/streams/{name}/positions", stream_positions, name="stream_positions", access="user"),
+            CORE,
+            responses={"404": {"description": "unknown stream"}},
+        ),
+        ApiRoute(RouteSpec("/health", health, name="health", access="public"), CORE),
+        ApiRoute(RouteSpec("/metrics", metrics, name="metrics", access="public"), CORE),
+        ApiRoute(RouteSpec("/openapi.json", openapi, name="openapi", access="public"), CORE),
+    ]
+
+
+def plugin_routes(host: Host) -> list[ApiRoute]:
+    """Every route the plugins registered (``register_routes``)."""
+    return [ApiRoute(reg.spec, reg.plugin) for reg in host.plugins.registry.routes]

@@ -1,0 +1,407 @@
+"""``/sync``: one long poll over every stream a client follows, with one opaque token.
+
+:class:`SyncService` is built by the host when it starts. It holds what a ``/sync`` request needs:
+
+* the token layout (``SyncKeyLayout.load`` over the registered streams that have a ``sync_key``), the
+  instance IDs of the token's string form, and the current token (from the streams' ID generators);
+* the :class:`~factstream.sync.Notifier` where requests wait, and the
+  :class:`~factstream.host.wakeups.WakeRouter` / :class:`~factstream.host.wakeups.LocalTail` that wake
+  them.
+
+A request (:meth:`SyncService.sync`) goes: parse ``since`` (a malformed token is a
+:class:`~factstream.sync.TokenError`, which the HTTP layer answers with 400); clamp fields from the
+future (``bound_future_token``); wait, bounded, until this instance has caught up with the token
+(another instance may have minted it): on timeout answer with nothing and ``since`` as
+``next_batch``; then ``Notifier.wait_for_events`` with a callback that asks each stream for the
+user's items in the range ``(prev, current]``, per writer.
+
+Per stream, the items come from ``StreamSpec.sync_rows`` or, by default, from the stream's rows whose
+``user_field`` is the user (a stream with neither shows nobody anything). ``next_batch`` never claims
+a range nobody looked at: it is ``since`` advanced to the last range a callback covered, and a stream
+that returned ``limit`` items stops at the last item it returned (the response then says
+``"limited": true`` and the client syncs again at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from factstream.errors import ConfigError
+from factstream.host.wakeups import LocalTail, SyncedStream, WakeRouter, wake_function
+from factstream.replication.stream import ReplicatedStream
+from factstream.streams import StreamSpec, SyncRequest
+from factstream.sync import (
+    DatabaseInstanceIds,
+    MultiWriterStreamToken,
+    Notifier,
+    RoomStreamToken,
+    StreamToken,
+    SyncKey,
+    SyncKeyKind,
+    SyncKeyLayout,
+    TokenValue,
+    bound_future_token,
+    current_token_source,
+    sync_keys_for_streams,
+)
+
+if TYPE_CHECKING:
+    from factstream.config import HttpConfig
+    from factstream.db.database import Database
+    from factstream.host.app import Host
+
+log = logging.getLogger(__name__)
+
+
+def check_sync_keys(specs: Sequence[StreamSpec], replicated: Mapping[str, object], instance: str) -> None:
+    """Every sync key must follow a stream this instance replicates (``ConfigError`` otherwise).
+
+    A token field whose stream this process does not follow would stay at 0 here while other
+    processes move it, so a client switching instances would wait for ever (or be served rows twice).
+    """
+    problems = []
+    for spec in specs:
+        if spec.sync_key is None:
+            continue
+        if spec.name not in replicated:
+            problems.append(
+                f"sync key {spec.sync_key!r} follows stream {spec.name!r}, which is not replicated to instance "
+                f"{instance!r}"
+            )
+        elif not spec.positive:
+            problems.append(
+                f"sync key {spec.sync_key!r} follows stream {spec.name!r}, which is written backwards "
+                "(positive=False); backwards streams cannot be synced"
+            )
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+@dataclass
+class SyncBatch:
+    """What one callback found: items per stream name, the range's end, and limited fields."""
+
+    streams: dict[str, list[Any]]
+    upto: StreamToken
+    limited: dict[str, TokenValue]
+
+    def __bool__(self) -> bool:
+        return bool(self.streams)
+
+
+class SyncService:
+    """Serves ``/sync`` for one host (see the module docstring)."""
+
+    def __init__(
+        self,
+        host: Host,
+        layout: SyncKeyLayout,
+        ids: DatabaseInstanceIds,
+        synced: Sequence[SyncedStream],
+        config: HttpConfig,
+    ) -> None:
+        self.host = host
+        self.layout = layout
+        self.ids = ids
+        self.config = config
+        self.synced = list(synced)
+        self.current = current_token_source(layout, {s.key: s.stream.id_gen for s in self.synced})
+        self.notifier = Notifier(self.current)
+        self.router = WakeRouter(self.notifier, self.synced)
+        self.local_tail = LocalTail(self.router, self.synced)
+        self.max_allocated = {s.key: s.stream.id_gen.get_max_allocated_token for s in self.synced}
+        self._default_readers = {s.name: _default_reader(s, host.settings.writers_for(s.name)) for s in self.synced}
+        self._warned: set[str] = set()
+
+    @classmethod
+    async def create(cls, host: Host, db: Database, streams: Mapping[str, ReplicatedStream]) -> SyncService:
+        """Check the sync keys, load (and record) the token layout, and build the service."""
+        specs = [reg.spec for reg in host.plugins.registry.streams]
+        check_sync_keys(specs, streams, host.instance_name)
+        keyed = [spec for spec in specs if spec.sync_key is not None]
+        layout = await SyncKeyLayout.load(db, sync_keys_for_streams(keyed, host.settings.writers_for))
+        synced = []
+        for spec in keyed:
+            assert spec.sync_key is not None
+            synced.append(SyncedStream(spec, streams[spec.name], spec.sync_key, wake_function(spec)))
+        synced.sort(key=lambda s: layout.index(s.key))
+        return cls(host, layout, DatabaseInstanceIds(db), synced, host.settings.http)
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    async def parse_token(self, text: str | None) -> StreamToken:
+        """The client's token, or the start token; raises only ``TokenError`` for bad input."""
+        if not text:
+            return StreamToken.start(self.layout)
+        return await StreamToken.parse(text, self.layout, self.ids)
+
+    async def sync(
+        self, user: str, since_text: str | None, timeout: float, device: str | None = None
+    ) -> dict[str, Any]:
+        """One ``/sync`` for ``user``: the response body (``TokenError`` for a malformed ``since``).
+
+        ``timeout`` (seconds) is how long to wait for something new; it is capped at
+        ``http.sync_timeout_max_seconds``.
+        """
+        loop = asyncio.get_running_loop()
+        timeout = min(max(timeout, 0.0), self.config.sync_timeout_max_seconds)
+        since = await self.parse_token(since_text)
+        since = await bound_future_token(since, self.current(), self.max_allocated)
+        started = loop.time()
+        caught_up = await self.notifier.wait_for_stream_token(since, timeout=self.config.catch_up_timeout_seconds)
+        if not caught_up:
+            # This instance has not seen what the client has; answering from here could skip facts
+            # and waiting longer could hang: say nothing, the client retries (maybe elsewhere).
+            log.info("sync for %s: this instance did not reach the client's token in time", user)
+            return {"next_batch": await since.to_string(self.ids), "streams": {}}
+        waited_for = loop.time() - started
+        if waited_for > 1.0:
+            timeout = max(0.0, timeout - waited_for)
+
+        async def collect(prev: StreamToken, current: StreamToken) -> SyncBatch:
+            return await self.collect(user, device, since, prev, current)
+
+        waited = await self.notifier.wait_for_events(user, since, timeout, collect)
+        batch = waited.result
+        body: dict[str, Any]
+        if batch:
+            upto = batch.upto
+            for key, value in batch.limited.items():
+                upto = upto.replace(key, value)
+            body = {"next_batch": await advance(since, upto).to_string(self.ids), "streams": batch.streams}
+            if batch.limited:
+                body["limited"] = True
+        else:
+            body = {"next_batch": await advance(since, waited.next_token).to_string(self.ids), "streams": {}}
+        return body
+
+    async def collect(
+        self, user: str, device: str | None, since: StreamToken, prev: StreamToken, current: StreamToken
+    ) -> SyncBatch:
+        """The user's items in ``(max(prev, since), current]``, per stream (the notifier's callback)."""
+        streams: dict[str, list[Any]] = {}
+        limited: dict[str, TokenValue] = {}
+        limit = self.config.sync_limit
+        for synced in self.synced:
+            key = synced.key
+            high = current.get(key)
+            writers = self._writers(synced, since.get(key), prev.get(key), high)
+            upto = {w: _position(high, w) for w in writers}
+            low = {w: min(max(_position(prev.get(key), w), _position(since.get(key), w)), upto[w]) for w in writers}
+            if all(low[w] == upto[w] for w in writers):
+                continue
+            request = SyncRequest(self.host, synced.name, user, device, low, upto, limit)
+            reader = synced.spec.sync_rows or self._default_readers[synced.name]
+            items = list(await reader(request))
+            if not items:
+                continue
+            streams[synced.name] = items
+            positions = self._limited_positions(synced, low, upto, items, limit)
+            if positions is not None:
+                limited[key] = _value_at(self.layout.key(key), positions)
+        return SyncBatch(streams, current, limited)
+
+    def _writers(self, synced: SyncedStream, *values: TokenValue) -> list[str]:
+        names = set(synced.stream.id_gen.get_positions())
+        if synced.spec.writers == "configured":
+            names.update(self.host.settings.writers_for(synced.name))
+        for value in values:
+            if not isinstance(value, int):
+                names.update(value.instance_map)
+        return sorted(names)
+
+    def _limited_positions(
+        self, synced: SyncedStream, low: dict[str, int], upto: dict[str, int], items: list[Any], limit: int
+    ) -> dict[str, int] | None:
+        """Per writer, how far a stream's items cover the range; None when they cover all of it.
+
+        The default readers say so themselves (:class:`SyncItems`). For a plugin's ``sync_rows``,
+        a list of ``limit`` items or more is taken as cut short, and where it stops is read from the
+        items' ``stream_id`` and ``instance`` (items in stream order, every row of a position
+        included): a writer with items stops at its last one; a writer without items stays where
+        it was (for a single-writer field, where everyone is, at the last item).
+        """
+        if isinstance(items, SyncItems):
+            return items.reached
+        if len(items) < limit:
+            return None
+        reached: dict[str, int] = {}
+        for item in items:
+            if isinstance(item, Mapping):
+                pos, instance = item.get("stream_id"), item.get("instance")
+                if isinstance(pos, int) and isinstance(instance, str) and instance in upto:
+                    reached[instance] = max(pos, reached.get(instance, pos))
+        if not reached:
+            if synced.name not in self._warned:
+                self._warned.add(synced.name)
+                log.warning(
+                    "stream %s returned %d sync items without 'stream_id' and 'instance': "
+                    "cannot resume after them, so the whole range counts as seen",
+                    synced.name,
+                    len(items),
+                )
+            return None
+        single = self.layout.key(synced.key).kind is SyncKeyKind.INT
+        last = max(reached.values())
+        return {w: max(low[w], min(upto[w], reached.get(w, last if single else low[w]))) for w in upto}
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.local_tail.start()
+
+    async def close(self) -> None:
+        await self.local_tail.close()
+
+
+def advance(token: StreamToken, other: StreamToken) -> StreamToken:
+    """``token`` moved forward, field by field, to wherever ``other`` is further (never backwards)."""
+    for key, value in other.items():
+        if key.kind is not SyncKeyKind.RETIRED:
+            token = token.copy_and_advance(key.name, value)
+    return token
+
+
+def _position(value: TokenValue, writer: str) -> int:
+    return value if isinstance(value, int) else value.get_stream_pos_for_instance(writer)
+
+
+def _value_at(key: SyncKey, positions: dict[str, int]) -> TokenValue:
+    """A field's value with every writer at the given position."""
+    minimum = min(positions.values())
+    if key.kind is SyncKeyKind.INT:
+        return minimum
+    ahead = {w: p for w, p in positions.items() if p > minimum}
+    if key.kind is SyncKeyKind.ROOM:
+        return RoomStreamToken(stream=minimum, instance_map=ahead)
+    return MultiWriterStreamToken(stream=minimum, instance_map=ahead)
+
+
+class SyncItems(list[Any]):
+    """A default reader's items; ``reached`` is set when they were cut short at the limit.
+
+    ``reached`` then gives, for every writer of the request, the position up to which the items
+    cover that writer's range (all rows of a position are included, never split).
+    """
+
+    reached: dict[str, int] | None = None
+
+
+# -- the default reader: the stream's rows whose user_field is the user ------------------------------------
+
+
+def _default_reader(synced: SyncedStream, configured_writers: Sequence[str]) -> Any:
+    spec = synced.spec
+    field = spec.user_field
+    if field is None:
+
+        async def nobody(request: SyncRequest) -> list[Any]:
+            return []  # neither user_field nor sync_rows: visibility is never implicit
+
+        return nobody
+    if spec.update_function is None:
+        return _table_reader(spec, field)
+    return _update_function_reader(synced, field)
+
+
+def _item(token: int, instance: str, row: msgspec.Struct) -> dict[str, Any]:
+    return {"stream_id": token, "instance": instance, **msgspec.structs.asdict(row)}
+
+
+def _cut(request: SyncRequest, items: list[tuple[int, str, Any]], cut: int | None) -> SyncItems:
+    """Sorted items as a :class:`SyncItems`; ``cut``: the last position included when limited."""
+    items.sort(key=lambda i: i[0])
+    out = SyncItems(_item(token, instance, row) for token, instance, row in items)
+    if cut is not None:
+        out.reached = {w: max(request.since.get(w, 0), min(high, cut)) for w, high in request.upto.items()}
+    return out
+
+
+def _table_reader(spec: StreamSpec, user_field: str) -> Any:
+    """Rows straight from the backing tables, filtered by user in SQL (index ``user_field`` for speed).
+
+    One query over every writer's range, in position order, so that a response cut at the limit
+    stops at one position for all writers.
+    """
+    fields = spec.row_fields
+    row_type = spec.row_type
+
+    def query(writers: int) -> tuple[str, str]:
+        selects = []
+        for t in spec.tables:
+            ranges = " OR ".join(
+                f"({t.instance_column} = %(w{i})s AND {t.id_column} > %(l{i})s AND {t.id_column} <= %(h{i})s)"
+                for i in range(writers)
+            )
+            columns = ", ".join(f"{t.table}.{f}" for f in fields)
+            selects.append(
+                f"SELECT {t.id_column} AS token, {t.instance_column} AS instance, {columns} FROM {t.table} "
+                f"WHERE {t.table}.{user_field} = %(user)s AND ({ranges})"
+            )
+        union = " UNION ALL ".join(selects)
+        return (
+            f"SELECT * FROM ({union}) AS u ORDER BY token LIMIT %(limit)s",
+            f"SELECT * FROM ({union}) AS u WHERE token = %(token)s",
+        )
+
+    queries: dict[int, tuple[str, str]] = {}
+
+    async def read(request: SyncRequest) -> list[Any]:
+        ranged = [w for w in sorted(request.upto) if request.since.get(w, 0) < request.upto[w]]
+        if not ranged:
+            return []
+        if len(ranged) not in queries:
+            queries[len(ranged)] = query(len(ranged))
+        page, rest = queries[len(ranged)]
+        params: dict[str, Any] = {"user": request.user, "limit": request.limit}
+        for i, w in enumerate(ranged):
+            params.update({f"w{i}": w, f"l{i}": request.since.get(w, 0), f"h{i}": request.upto[w]})
+        db = request.host.database()
+        rows = await db.fetchall(page, params)
+        cut = None
+        if len(rows) >= request.limit:
+            # Never split the rows of one position between two responses.
+            cut = int(rows[-1][0])
+            rows = [r for r in rows if int(r[0]) < cut] + await db.fetchall(rest, {**params, "token": cut})
+        return _cut(request, [(int(r[0]), str(r[1]), row_type(*r[2:])) for r in rows], cut)
+
+    return read
+
+
+def _update_function_reader(synced: SyncedStream, user_field: str) -> Any:
+    """Rows from the stream's own update function, filtered by user in Python (a page at a time)."""
+    stream = synced.stream
+
+    async def read(request: SyncRequest) -> list[Any]:
+        items: list[tuple[int, str, Any]] = []
+        stopped: list[int] = []
+        for instance in sorted(request.upto):
+            low, high = request.since.get(instance, 0), request.upto[instance]
+            found = 0
+            while low < high:
+                updates, upto, limited = await stream.get_updates_since(instance, low, high)
+                mine = [(t, instance, r) for t, r in updates if getattr(r, user_field) == request.user]
+                items.extend(mine)
+                found += len(mine)
+                low = upto
+                if not limited:
+                    break
+                if found >= request.limit:
+                    stopped.append(upto)  # this writer's rows after ``upto`` were not read
+                    break
+        if len(items) < request.limit and not stopped:
+            return _cut(request, items, None)
+        # Keep the first ``limit`` items in position order, and nothing past a writer not read to the end.
+        items.sort(key=lambda i: i[0])
+        cut = items[request.limit - 1][0] if len(items) >= request.limit else items[-1][0]
+        if stopped:
+            cut = min(cut, *stopped)
+        return _cut(request, [i for i in items if i[0] <= cut], cut)
+
+    return read

@@ -1,0 +1,236 @@
+"""The host's HTTP API: bearer tokens and access levels, core routes, plugin routes, JSON errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from factstream.errors import PluginError
+from tests.host.conftest import free_port, post_messages
+
+
+async def test_no_token_is_401_with_a_json_message(start_host, client):
+    host = await start_host()
+    anonymous = client(host)
+    for path in ("/sync", "/streams", "/streams/inbox/positions", "/inbox/whoami"):
+        response = await anonymous.get(path)
+        assert response.status_code == 401, path
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert "missing access token" in response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        ("Bearer nope", "unknown access token"),
+        ("Basic YWxpY2U6cHc=", "malformed Authorization header"),
+        ("Bearer", "malformed Authorization header"),
+        ("Bearer a b", "malformed Authorization header"),
+    ],
+)
+async def test_a_bad_token_is_401(start_host, client, header, message):
+    host = await start_host()
+    response = await client(host).get("/inbox/whoami", headers={"Authorization": header})
+    assert response.status_code == 401
+    assert message in response.json()["error"]
+
+
+async def test_a_configured_token_acts_as_its_user(start_host, client):
+    host = await start_host()
+    response = await client(host, "alice-token").get("/inbox/whoami")
+    assert response.status_code == 200
+    assert response.json() == {"user": "@alice:hs"}
+
+
+async def test_public_routes_need_no_token_and_see_no_user(start_host, client):
+    host = await start_host()
+    anonymous = client(host)
+    assert (await anonymous.get("/inbox/ping")).json() == {"pong": True, "user": None}
+    # A token on a public route changes nothing: public means anonymous.
+    assert (await client(host, "alice-token").get("/inbox/ping")).json()["user"] is None
+    health = await anonymous.get("/health")
+    assert health.status_code == 200
+    assert health.json()["status"] == "ok"
+    assert health.json()["instance"] == "main"
+    assert health.json()["replication"]["transport"] == "tcp"
+
+
+async def test_a_write_route_needs_a_token_that_may_write(start_host, client):
+    host = await start_host()
+    body = [{"user_id": "@alice:hs", "body": "hi"}]
+    assert (await client(host).post("/inbox/messages", json=body)).status_code == 401
+    forbidden = await client(host, "alice-token").post("/inbox/messages", json=body)
+    assert forbidden.status_code == 403
+    assert "may not write" in forbidden.json()["error"]
+    allowed = await client(host, "writer-token").post("/inbox/messages", json=body)
+    assert allowed.status_code == 200
+    assert len(allowed.json()["stream_ids"]) == 1
+
+
+async def test_tokens_from_the_access_tokens_table(start_host, client):
+    host = await start_host()
+    db = host.database()
+    async with db.transaction() as txn:
+        await txn.execute(
+            "INSERT INTO access_tokens (token, user_id, can_write) VALUES ('t-carol', '@carol:hs', false), "
+            "('t-dave', '@dave:hs', true)"
+        )
+    assert (await client(host, "t-carol").get("/inbox/whoami")).json() == {"user": "@carol:hs"}
+    body = {"user_id": "@carol:hs", "body": "x"}
+    assert (await client(host, "t-carol").post("/inbox/messages", json=body)).status_code == 403
+    assert (await client(host, "t-dave").post("/inbox/messages", json=body)).status_code == 200
+
+
+async def test_the_token_table_can_be_turned_off(start_host, client):
+    host = await start_host(http={"token_table": False})
+    async with host.database().transaction() as txn:
+        await txn.execute("INSERT INTO access_tokens (token, user_id) VALUES ('t-erin', '@erin:hs')")
+    assert (await client(host, "t-erin").get("/inbox/whoami")).status_code == 401
+    assert (await client(host, "alice-token").get("/inbox/whoami")).status_code == 200
+
+
+async def test_a_body_that_is_not_json_is_400_not_500(start_host, client):
+    host = await start_host()
+    writer = client(host, "writer-token")
+    response = await writer.post("/inbox/messages", content=b"{not json")
+    assert response.status_code == 400
+    assert "not valid JSON" in response.json()["error"]
+    response = await writer.post("/inbox/messages", json={"user_id": 5})
+    assert response.status_code == 400
+    assert "invalid request" in response.json()["error"]
+
+
+async def test_unknown_paths_and_methods_are_json_errors(start_host, client):
+    host = await start_host()
+    alice = client(host, "alice-token")
+    missing = await alice.get("/no/such/route")
+    assert missing.status_code == 404
+    assert missing.json() == {"error": "Not Found"}
+    wrong_method = await alice.delete("/sync")
+    assert wrong_method.status_code == 405
+    assert "error" in wrong_method.json()
+
+
+async def test_streams_lists_every_stream_with_its_plugin_writers_sync_key_and_positions(start_host, client):
+    host = await start_host()
+    ids = await post_messages(host, client, ("@alice:hs", "one"), ("@bob:hs", "two"))
+    response = await client(host, "alice-token").get("/streams")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["instance"] == "main"
+    inbox = next(s for s in body["streams"] if s["name"] == "inbox")
+    assert inbox["plugin"] == "inbox"
+    assert inbox["writers"] == ["main"]
+    assert inbox["is_writer"] is True
+    assert inbox["sync_key"] == "inbox_key"
+    assert inbox["current_token"] == max(ids)
+    assert inbox["positions"]["main"] == max(ids)
+
+
+async def test_positions_of_one_stream_and_404_for_an_unknown_one(start_host, client):
+    host = await start_host()
+    ids = await post_messages(host, client, ("@alice:hs", "one"))
+    alice = client(host, "alice-token")
+    body = (await alice.get("/streams/inbox/positions")).json()
+    assert body == {
+        "instance": "main",
+        "stream": "inbox",
+        "positions": {"main": ids[0]},
+        "current_token": ids[0],
+        "persisted_upto": ids[0],
+    }
+    missing = await alice.get("/streams/nope/positions")
+    assert missing.status_code == 404
+    assert "unknown stream 'nope'" in missing.json()["error"]
+
+
+async def test_metrics_are_prometheus_text(start_host, client):
+    host = await start_host()
+    response = await client(host).get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    assert "factstream_sync_open_waits" in response.text
+
+
+async def test_openapi_describes_core_and_plugin_routes_with_their_access(start_host, client):
+    host = await start_host()
+    schema = (await client(host).get("/openapi.json")).json()
+    assert schema["openapi"].startswith("3.")
+    paths = schema["paths"]
+    for path in ("/sync", "/streams", "/streams/{name}/positions", "/health", "/metrics", "/inbox/messages"):
+        assert path in paths, path
+    sync = paths["/sync"]["get"]
+    assert {p["name"] for p in sync["parameters"]} == {"since", "timeout", "device"}
+    assert sync["security"] == [{"bearer": []}]
+    assert sync["tags"] == ["factstream"]
+    post = paths["/inbox/messages"]["post"]
+    assert post["tags"] == ["inbox"]
+    assert post["x-factstream-access"] == "writer"
+    assert "403" in post["responses"]
+    assert post["summary"] == "Append messages to the inbox stream."
+    assert paths["/inbox/ping"]["get"]["security"] == []
+    positions = paths["/streams/{name}/positions"]["get"]
+    assert positions["parameters"][0] == {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+async def test_a_plugin_route_shadowing_a_core_route_fails_the_start_naming_both(plugin_installer, start_host):
+    plugin_installer.from_source(
+        "shadow",
+        """
+        import factstream
+        from factstream import RouteSpec
+
+        async def mine(request):
+            return {}
+
+        @factstream.hookimpl
+        def register_routes(register):
+            register(RouteSpec("/sync", mine))
+        """,
+    )
+    with pytest.raises(PluginError, match=r"duplicate route 'GET /sync': registered by both 'factstream' and 'shadow'"):
+        await start_host()
+
+
+async def test_the_host_serves_http_on_its_port_and_stops_cleanly(start_host):
+    port = free_port()
+    host = await start_host(http={"port": port})
+    assert host.http is not None
+    assert host.http.url == f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient(base_url=host.http.url) as http:
+        health = await http.get("/health")
+        assert health.status_code == 200
+        # A long poll open while the host stops does not keep it from stopping.
+        first = await http.get("/sync", headers={"Authorization": "Bearer alice-token"})
+        assert first.status_code == 200
+        task = asyncio.ensure_future(
+            http.get(
+                "/sync",
+                params={"timeout": 20000, "since": first.json()["next_batch"]},
+                headers={"Authorization": "Bearer alice-token"},
+            )
+        )
+        await asyncio.sleep(0.2)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await host.stop()
+        assert loop.time() - started < 8
+        # The poll was answered (nothing new, its token back), not cut off.
+        answered = await task
+        assert answered.status_code == 200
+        assert answered.json() == {"next_batch": first.json()["next_batch"], "streams": {}}
+
+
+async def test_a_port_in_use_fails_the_start_with_the_address(start_host):
+    import socket
+
+    from factstream.errors import ConfigError
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"cannot listen for HTTP on 127.0.0.1:{port}"):
+            await start_host(http={"port": port})
