@@ -220,6 +220,33 @@ def test_changes_and_messages_written_while_the_worker_is_cut_off_all_arrive_in_
     latest = {item["type"]: item["content"] for item in data}
     assert latest == {"m.warm": {}, **{f"m.t{k}": {"n": max(n for n in range(105) if n % 7 == k)} for k in range(7)}}
 
+    # A message wakes exactly its recipient's long poll: Bob's returns with it at once, Carol's waits.
+    carol = d.client("worker1", "@carol:hs")
+    carol_since = sync(carol, None, "TABLET")["next_batch"]
+    polls: dict[str, tuple[float, dict[str, Any]]] = {}
+
+    def poll(name: str, client: httpx.Client, token: str, device: str) -> None:
+        started = time.monotonic()
+        body = sync(client, token, device, timeout_ms=4000)
+        polls[name] = (time.monotonic() - started, body)
+
+    threads = [
+        threading.Thread(target=poll, args=("bob", bob, since, "PHONE")),
+        threading.Thread(target=poll, args=("carol", carol, carol_since, "TABLET")),
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    sent_at = time.monotonic()
+    alice.put("/sendToDevice/m.test/wake", json={"messages": {"@bob:hs": {"PHONE": {"n": "wake"}}}})
+    for thread in threads:
+        thread.join(10)
+    bob_took, bob_body = polls["bob"]
+    carol_took, carol_body = polls["carol"]
+    assert [i["content"] for i in bob_body["streams"]["to_device"]] == [{"n": "wake"}]
+    assert bob_took - 1.0 < 1.0, f"Bob's long poll returned {time.monotonic() - sent_at:.2f} s after the send"
+    assert carol_body["streams"] == {} and carol_took > 3.5, f"Carol's poll returned after {carol_took:.2f} s"
+
 
 class SyncingDevice(threading.Thread):
     """One client device syncing through worker1 until told to stop, keeping what it received."""
