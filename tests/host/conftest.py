@@ -18,7 +18,7 @@ import pytest
 from factstream.config import load_config
 from factstream.host.app import Host
 from factstream.migrate import Migrator
-from factstream.plugins import load_plugins
+from factstream.plugins import PluginHost, PluginSelection, load_plugins
 
 INBOX_PROJECT = Path(__file__).resolve().parents[1] / "plugins" / "inbox"
 
@@ -36,18 +36,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def installed_plugins(plugin_installer) -> PluginHost:
+    """The core and the plugins this test installed, and no others (bundled plugins installed in the
+    environment would add their own streams and sync keys to every test's token)."""
+    return load_plugins(PluginSelection(only=frozenset(p.name for p in plugin_installer.installed)))
+
+
 @pytest.fixture
 def inbox_db(plugin_installer, fresh_database) -> str:
-    """A migrated database with the inbox plugin installed (and loaded by ``load_plugins``)."""
+    """A migrated database with the inbox plugin installed."""
     plugin_installer.from_project(INBOX_PROJECT)
-    migrator = Migrator(fresh_database, load_plugins())
+    migrator = Migrator(fresh_database, installed_plugins(plugin_installer))
     migrator.upgrade()
     migrator.close()
     return fresh_database
 
 
 @pytest.fixture
-async def start_host(inbox_db, tmp_path) -> AsyncIterator[Callable[..., Any]]:
+async def start_host(inbox_db, plugin_installer, tmp_path) -> AsyncIterator[Callable[..., Any]]:
     """``await start_host("main", writers=("main",), http={...})`` -> a started Host."""
     started: list[Host] = []
     port = free_port()
@@ -66,7 +72,7 @@ async def start_host(inbox_db, tmp_path) -> AsyncIterator[Callable[..., Any]]:
             stream_writers={"inbox": list(writers)},
             http={"tokens": TOKENS, **(http or {})},
         )
-        host = Host(settings, load_plugins())
+        host = Host(settings, installed_plugins(plugin_installer))
         await host.start()
         started.append(host)
         return host
