@@ -152,7 +152,11 @@ class MigrationSpec:
 
 @dataclass(frozen=True)
 class ExportJobSpec:
-    """A Spark export job over one stream: rows go through ``transform`` and are written as ``format``."""
+    """A Spark export job over one stream: rows go through ``transform`` and are written as ``format``.
+
+    With ``content=True`` the DataFrame also has a ``content`` column: the fact's whole backing-table
+    row as JSON text.
+    """
 
     name: str
     stream: str
@@ -160,6 +164,9 @@ class ExportJobSpec:
     partition_by: tuple[str, ...] = ()
     format: str = "parquet"
     description: str = ""
+    #: Read each fact's whole backing-table row too, as JSON text in a ``content`` column (for jobs
+    #: that need columns the stream's row type leaves out).
+    content: bool = False
 
     def __post_init__(self) -> None:
         check_name("export job", self.name)

@@ -178,6 +178,7 @@ class ExportRunner:
             .option("from", str(start))
             .option("upto", str(upto))
             .option("partitions", str(tasks))
+            .option("content", "true" if job.content else "false")
             .load()
         )
         if job.transform is not None:

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 import factstream
-from factstream import MigrationSpec, RouteSpec, StreamSpec
+from factstream import ExportJobSpec, MigrationSpec, RouteSpec, StreamSpec
+from factstream_to_device.export import TO_DEVICE_DAILY
 from factstream_to_device.routes import ROUTES
 from factstream_to_device.rows import SEQUENCE, STREAM, SYNC_KEY, TABLES, ToDeviceRow
 from factstream_to_device.store import ToDeviceStore
@@ -49,6 +50,11 @@ def register_streams(register: Callable[[StreamSpec], None]) -> None:
 @factstream.hookimpl
 def register_migrations(register: Callable[[MigrationSpec], None]) -> None:
     register(MigrationSpec.from_package("factstream_to_device.migrations"))
+
+
+@factstream.hookimpl
+def register_export_jobs(register: Callable[[ExportJobSpec], None]) -> None:
+    register(TO_DEVICE_DAILY)
 
 
 @factstream.hookimpl
