@@ -239,8 +239,17 @@ def run_command(
     instance: Annotated[
         str | None, typer.Option("--instance", "-i", help="This process's instance name (default: instance_name).")
     ] = None,
+    http_port: Annotated[
+        int | None,
+        typer.Option(
+            "--http-port",
+            min=0,
+            max=65535,
+            help="Serve the HTTP API on this port (default: the instance's http_port in instance_map; 0: no HTTP API).",
+        ),
+    ] = None,
 ) -> None:
-    """Run one instance: streams, replication and plugins, until Ctrl-C or SIGTERM."""
+    """Run one instance: streams, replication, plugins and the HTTP API, until Ctrl-C or SIGTERM."""
     import asyncio
 
     from factstream.host.app import Host
@@ -252,8 +261,12 @@ def run_command(
                 f"instance {instance!r} is not in instance_map (known: {', '.join(settings.instance_map)})"
             )
         settings = settings.model_copy(update={"instance_name": instance})
+    if http_port is not None:
+        settings = settings.model_copy(update={"http": settings.http.model_copy(update={"port": http_port})})
     host = Host(settings, state.plugins)
-    err.print(f"factstream instance [bold]{settings.instance_name}[/bold] starting", highlight=False)
+    endpoint = settings.http_endpoint()
+    serving = f", HTTP API on http://{endpoint[0]}:{endpoint[1]}" if endpoint else ", no HTTP API"
+    err.print(f"factstream instance [bold]{settings.instance_name}[/bold] starting{serving}", highlight=False)
     asyncio.run(host.run_until_stopped())
 
 

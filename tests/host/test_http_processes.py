@@ -1,0 +1,185 @@
+"""The HTTP API between real processes: ``factstream run --instance main|worker1 --http-port N``.
+
+Acceptance of the /sync issue: a client long-polling on the worker wakes within one replication round
+trip of a write on the main instance and gets exactly the new rows; its ``next_batch`` then returns
+nothing new until the next write; tokens minted by one instance work on the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from factstream.migrate import Migrator
+from tests.host.conftest import INBOX_PROJECT, TOKENS, free_port, installed_plugins
+
+pytestmark = pytest.mark.slow
+
+START_TIMEOUT = 30.0
+
+
+class Cluster:
+    def __init__(self, workdir: Path, database_url: str, env: dict[str, str]) -> None:
+        self.workdir = workdir
+        self.ports = {"main": free_port(), "worker1": free_port()}
+        self.config = workdir / "factstream.yaml"
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "deployment": "httpproc",
+                    "state_dir": str(workdir / "state"),
+                    "database": {"url": database_url},
+                    "instance_map": {
+                        "main": {"host": "127.0.0.1", "replication_port": free_port(), "http_port": self.ports["main"]},
+                        # worker1's port comes from --http-port (the CLI override)
+                        "worker1": {"host": "127.0.0.1"},
+                    },
+                    "stream_writers": {"inbox": ["main"]},
+                    "http": {"tokens": TOKENS},
+                }
+            )
+        )
+        self.env = {**env, "FACTSTREAM_LOAD_PLUGINS": "inbox", "NO_COLOR": "1", "COLUMNS": "200"}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str) -> None:
+        args = [sys.executable, "-m", "factstream", "-c", str(self.config), "-v", "run", "--instance", name]
+        if name == "worker1":
+            args += ["--http-port", str(self.ports[name])]
+        with open(self.workdir / f"{name}.log", "ab") as log:
+            self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.ports[name]}"
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"----- {name} -----\n{(self.workdir / f'{name}.log').read_text(errors='replace')[-4000:]}"
+            for name in self.procs
+        )
+
+    async def wait_healthy(self, name: str, *, connected: bool) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        async with httpx.AsyncClient(base_url=self.url(name), timeout=2) as http:
+            while True:
+                proc = self.procs[name]
+                if proc.poll() is not None:
+                    raise AssertionError(f"{name} exited with {proc.returncode}\n{self.logs()}")
+                try:
+                    health = (await http.get("/health")).json()
+                    if not connected or health["replication"]["connected"]:
+                        return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{name} did not become healthy\n{self.logs()}")
+                await asyncio.sleep(0.1)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+
+@pytest.fixture
+async def cluster(plugin_installer, fresh_database, tmp_path) -> AsyncIterator[Cluster]:
+    plugin_installer.from_project(INBOX_PROJECT)
+    migrator = Migrator(fresh_database, installed_plugins(plugin_installer))
+    migrator.upgrade()
+    migrator.close()
+    cluster = Cluster(tmp_path, fresh_database, plugin_installer.env())
+    try:
+        cluster.start("main")
+        await cluster.wait_healthy("main", connected=False)
+        cluster.start("worker1")
+        await cluster.wait_healthy("worker1", connected=True)
+        yield cluster
+    finally:
+        cluster.stop()
+        if os.environ.get("FACTSTREAM_SHOW_LOGS"):
+            print(cluster.logs())
+
+
+def items(response: httpx.Response) -> list[dict[str, Any]]:
+    assert response.status_code == 200, response.text
+    return list(response.json()["streams"].get("inbox", []))
+
+
+async def test_a_worker_long_poll_wakes_on_a_write_on_main_with_exactly_the_new_rows(cluster):
+    auth = {"Authorization": "Bearer alice-token"}
+    writer = httpx.AsyncClient(
+        base_url=cluster.url("main"), headers={"Authorization": "Bearer writer-token"}, timeout=10
+    )
+    main = httpx.AsyncClient(base_url=cluster.url("main"), headers=auth, timeout=30)
+    worker = httpx.AsyncClient(base_url=cluster.url("worker1"), headers=auth, timeout=30)
+    async with writer, main, worker:
+
+        async def write(*messages: tuple[str, str]) -> list[int]:
+            response = await writer.post("/inbox/messages", json=[{"user_id": u, "body": b} for u, b in messages])
+            assert response.status_code == 200, response.text
+            return list(response.json()["stream_ids"])
+
+        await write(("@alice:hs", "first"), ("@bob:hs", "bob's"))
+        # The worker sees the first message once it has replicated it.
+        deadline = time.monotonic() + 10
+        while not (initial := items(await worker.get("/sync"))):
+            assert time.monotonic() < deadline, cluster.logs()
+            await asyncio.sleep(0.05)
+        assert [i["body"] for i in initial] == ["first"]
+        since = (await worker.get("/sync")).json()["next_batch"]
+
+        latencies = []
+        for round_ in range(5):
+            poll = asyncio.ensure_future(worker.get("/sync", params={"since": since, "timeout": 20000}))
+            await asyncio.sleep(0.3)
+            assert not poll.done(), poll.result().text
+            written = time.monotonic()
+            ids = await write(("@bob:hs", f"b{round_}"), ("@alice:hs", f"a{round_}"))
+            response = await asyncio.wait_for(poll, 10)
+            latencies.append(time.monotonic() - written)
+            got = items(response)
+            assert [(i["stream_id"], i["body"], i["user_id"]) for i in got] == [(ids[1], f"a{round_}", "@alice:hs")]
+            since = response.json()["next_batch"]
+            # Nothing new until the next write.
+            quiet = await worker.get("/sync", params={"since": since, "timeout": 300})
+            assert quiet.json() == {"next_batch": since, "streams": {}}
+        # One replication round trip (plus the write's own HTTP call): well under a second here.
+        assert max(latencies) < 1.0, latencies
+
+        # Tokens cross instances both ways.
+        from_main = (await main.get("/sync")).json()["next_batch"]
+        assert from_main == since
+        on_main = await main.get("/sync", params={"since": since, "timeout": 200})
+        assert on_main.json() == {"next_batch": since, "streams": {}}
+        poll = asyncio.ensure_future(main.get("/sync", params={"since": since, "timeout": 10000}))
+        await asyncio.sleep(0.2)
+        await write(("@alice:hs", "on main"))
+        response = await asyncio.wait_for(poll, 5)
+        assert [i["body"] for i in items(response)] == ["on main"]
+        main_token = response.json()["next_batch"]
+        on_worker = await worker.get("/sync", params={"since": main_token, "timeout": 1000})
+        assert on_worker.status_code == 200
+        assert items(on_worker) == []
+        assert on_worker.json()["next_batch"] == main_token
+
+        # The other endpoints answer on both instances.
+        for http in (main, worker):
+            positions = (await http.get("/streams/inbox/positions")).json()
+            assert positions["current_token"] == int(main_token)
+        assert (await worker.get("/health")).json()["replication"]["connected"] is True
