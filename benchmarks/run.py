@@ -20,6 +20,7 @@ import codec
 import idgen_append
 import replication_e2e
 import spark_export
+import sync_wakeup
 
 
 def main() -> None:
@@ -27,12 +28,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement (default 3)")
     parser.add_argument(
         "--only",
-        choices=["idgen", "codec", "replication", "caches", "export"],
+        choices=["idgen", "codec", "replication", "caches", "export", "sync"],
         action="append",
         help="run only these (repeatable)",
     )
     parser.add_argument("--export-facts", type=int, default=1_000_000, help="facts in the Spark export benchmark")
     parser.add_argument("--catch-up-facts", type=int, default=1_000_000, help="facts behind for the catch-up test")
+    parser.add_argument("--sync-polls", type=int, default=10_000, help="idle long polls in the sync benchmark")
     args = parser.parse_args()
     server = os.environ.get("FACTSTREAM_BENCH_DATABASE_URL") or os.environ.get("FACTSTREAM_TEST_DATABASE_URL")
     if not server:
@@ -48,7 +50,7 @@ def main() -> None:
         migrator = Migrator(url, load_plugins())
         migrator.upgrade()
         migrator.close()
-        only = set(args.only or ["idgen", "codec", "replication", "caches", "export"])
+        only = set(args.only or ["idgen", "codec", "replication", "caches", "export", "sync"])
         if "idgen" in only:
             print(f"idgen append ({args.seconds:g} s each):", flush=True)
             for line in idgen_append.run(url, args.seconds):
@@ -69,6 +71,10 @@ def main() -> None:
         if "export" in only:
             print("Spark export to Parquet (local[2], warm session):", flush=True)
             for line in spark_export.run(url, args.export_facts):
+                print("  " + line, flush=True)
+        if "sync" in only:
+            print(f"/sync wake-ups with {args.sync_polls:,} idle long polls (one host, local writes):", flush=True)
+            for line in sync_wakeup.run(url, args.sync_polls):
                 print("  " + line, flush=True)
     finally:
         drop_database(url)
