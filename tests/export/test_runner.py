@@ -175,3 +175,27 @@ def test_missing_output_location_is_an_error_and_leaves_no_checkpoint(spark, exp
     with pytest.raises(ExportError, match="does not exist"):
         run.run(job)
     assert _checkpoint(export_db, "ledger_raw") is None
+
+
+def test_a_job_without_transform_is_written_by_the_workers_and_matches_spark_s_writer(
+    spark, export_db, export_plugins, loop_thread, out_root, tmp_path, monkeypatch
+):
+    from factstream.export import direct
+
+    ids = _write_ledger(loop_thread, export_db, export_plugins, 57)
+    job = export_plugins.registry.export_jobs.get("ledger_raw")
+    first = ExportRunner(spark, export_plugins, export_db, out_root.as_uri()).run(job)
+    with monkeypatch.context() as m:  # the same job again, through Spark's writer, into another root
+        m.setattr(direct, "can_write_directly", lambda _job, _staging: False)
+        other = tmp_path / "other"
+        other.mkdir()
+        second = ExportRunner(spark, export_plugins, export_db, other.as_uri()).run(job, full=True)
+
+    assert (first.rows, second.rows) == (57, 57)
+    files = sorted(p.name for p in (out_root / "ledger_raw").rglob("*.parquet"))
+    assert files and all(len(name) == len("part-00000.parquet") for name in files), files
+    via_workers = spark.read.parquet(str(out_root / "ledger_raw"))
+    via_spark = spark.read.parquet(str(other / "ledger_raw"))
+    assert via_workers.schema == via_spark.schema
+    assert sorted(map(tuple, via_workers.collect())) == sorted(map(tuple, via_spark.collect()))
+    assert sorted(r.stream_id for r in via_workers.collect()) == sorted(ids)

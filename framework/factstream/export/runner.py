@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from factstream.export import checkpoints
+from factstream.export import checkpoints, direct
 from factstream.export.output import JobOutput
 from factstream.export.plan import ExportError, StreamPlan, plans_for
 from factstream.export.read import connect
@@ -172,6 +172,9 @@ class ExportRunner:
         from pyspark.sql import functions as F
 
         tasks = max(self.spark.sparkContext.defaultParallelism, -(-(upto - start) // IDS_PER_TASK))
+        staging = out.staging(start, upto)
+        if direct.can_write_directly(job, staging):
+            return self._export_range_directly(job, out, staging, start, upto, tasks)
         df = (
             self.spark.read.format("factstream")
             .option("stream", job.stream)
@@ -191,7 +194,6 @@ class ExportRunner:
                 ) from None
         observation = Observation(f"factstream_export_{job.name}")
         df = df.observe(observation, F.count(F.lit(1)).alias("rows"))
-        staging = out.staging(start, upto)
         writer = df.write.format(job.format).mode("errorifexists")
         if job.partition_by:
             writer = writer.partitionBy(*job.partition_by)
@@ -211,6 +213,26 @@ class ExportRunner:
             self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
         path = out.commit(staging, start, upto)
         return int(observation.get.get("rows", 0)), path
+
+    def _export_range_directly(
+        self, job: ExportJobSpec, out: JobOutput, staging: str, start: int, upto: int, tasks: int
+    ) -> tuple[int, str]:
+        """The same range written by the workers with pyarrow (see :mod:`factstream.export.direct`)."""
+        group = f"factstream-export-{job.name}-{start}-{upto}"
+        self.spark.sparkContext.setJobGroup(group, f"export {job.name} ({start}, {upto}]")
+        watcher = _TaskWatcher(self.spark, group, job.name, self.progress) if self.progress else None
+        try:
+            rows = direct.write_range(self.spark, self.url, self.plan(job), staging, start, upto, tasks)
+        except Exception as exc:
+            raise ExportError(
+                f"export job {job.name!r}: writing range ({start}, {upto}] failed: {type(exc).__name__}: "
+                f"{_short(exc)}; the checkpoint was not moved"
+            ) from None
+        finally:
+            if watcher is not None:
+                watcher.stop()
+            self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        return rows, out.commit(staging, start, upto)
 
 
 class _TaskWatcher:
