@@ -104,6 +104,14 @@ def test_backwards_stream_exports_positive_positions(spark, export_db, export_pl
     assert [r.stream_id for r in rows] == sorted(-i for i in ids)
     assert [(r.note, r.ok, r.score) for r in rows] == [("first", True, 1.5), ("", False, -2.0), (None, True, 0.0)]
     assert [json.loads(r.tags) for r in rows] == [["a", "b"], [], ['c,d\n"e"']]
+    # One backing table: its name is on every row, as for streams with several (though not sent per row).
+    assert {r.source_table for r in rows} == {"backfill"}
+    with_content = spark.read.format("factstream").option("stream", "backfill").option("content", "true").load()
+    assert [(r.source_table, json.loads(r.content)["note"]) for r in with_content.orderBy("stream_id").collect()] == [
+        ("backfill", "first"),
+        ("backfill", ""),
+        ("backfill", None),
+    ]
 
     upto_first = rows[0].stream_id
     tail = spark.read.format("factstream").option("stream", "backfill").option("from", upto_first).load().collect()

@@ -55,19 +55,19 @@ def write_range(spark: Any, url: str, plan: StreamPlan, staging: str, start: int
     def write_task(index: int, items: Iterator[tuple[int, int]]) -> Iterator[int]:
         import pyarrow.parquet as pq
 
-        from factstream.export.read import read_range
+        from factstream.export.read import read_tables
 
         task_fs, task_path = _filesystem(staging)
         rows = 0
         writer = None
         try:
             for lo, hi in items:
-                for batch in read_range(url, plan, lo, hi):
+                for table in read_tables(url, plan, lo, hi):
                     if writer is None:
                         target = f"{task_path}/part-{index:05d}.parquet"
-                        writer = pq.ParquetWriter(target, batch.schema, filesystem=task_fs, compression="snappy")
-                    writer.write_batch(batch)
-                    rows += batch.num_rows
+                        writer = pq.ParquetWriter(target, table.schema, filesystem=task_fs, compression="snappy")
+                    writer.write_table(table)  # one row group per slice, not one per small batch
+                    rows += table.num_rows
         finally:
             if writer is not None:
                 writer.close()

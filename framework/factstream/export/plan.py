@@ -149,17 +149,30 @@ class StreamPlan:
         return f"{col} < -%(lo)s::bigint AND {col} >= -%(hi)s::bigint"
 
     def select_sql(self, content: bool) -> str:
-        """One query over every backing table returning the export columns for ``(%(lo)s, %(hi)s]``."""
+        """One query over every backing table returning the export columns for ``(%(lo)s, %(hi)s]``.
+
+        With one backing table the constant ``source_table`` column is left out (the reader adds it
+        without sending it once per row): see :meth:`copied_columns`.
+        """
         selects = []
         for t in self.tables:
             token = t.id_column if self.positive else f"-{t.id_column}"
-            cols = [f"{token}::bigint", f"{t.instance_column}::text", f"'{t.table}'::text"]
+            cols = [f"{token}::bigint", f"{t.instance_column}::text"]
+            if len(self.tables) > 1:
+                cols.append(f"'{t.table}'::text")
             for f in self.fields:
                 cols.append(_field_sql(t.table, f))
             if content:
                 cols.append(f"row_to_json({t.table}.*)::text")
             selects.append(f"SELECT {', '.join(cols)} FROM {t.table} WHERE {self.range_condition(t)}")
         return " UNION ALL ".join(selects)
+
+    def copied_columns(self, content: bool) -> list[str]:
+        """The columns :meth:`select_sql` returns, in order (the schema's, maybe without ``source_table``)."""
+        names = list(self.arrow_schema(content).names)
+        if len(self.tables) == 1:
+            names.remove("source_table")
+        return names
 
     def copy_sql(self, lo: int, hi: int, content: bool) -> str:
         """``COPY (...) TO STDOUT`` of the facts in ``(lo, hi]``, as CSV (values inlined: COPY takes no

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
@@ -39,10 +40,21 @@ def connect(url: str) -> psycopg.Connection[Any]:
 
 def read_range(url: str, plan: StreamPlan, lo: int, hi: int, *, content: bool = False) -> Iterator[Any]:
     """Yield ``pyarrow.RecordBatch``es holding exactly the facts of ``plan``'s stream in ``(lo, hi]``."""
+    for table in read_tables(url, plan, lo, hi, content=content):
+        for batch in table.to_batches():
+            if batch.num_rows:
+                yield batch
+
+
+def read_tables(url: str, plan: StreamPlan, lo: int, hi: int, *, content: bool = False) -> Iterator[Any]:
+    """Like :func:`read_range`, but one ``pyarrow.Table`` per slice read (none empty)."""
     if hi <= lo:
         return
     if plan.update_function is not None:
-        yield from _read_with_function(url, plan, lo, hi, content)
+        import pyarrow as pa
+
+        for batch in _read_with_function(url, plan, lo, hi, content):
+            yield pa.Table.from_batches([batch])
     else:
         yield from _read_with_copy(url, plan, lo, hi, content)
 
@@ -57,31 +69,60 @@ def _read_with_copy(url: str, plan: StreamPlan, lo: int, hi: int, content: bool)
     from pyarrow import csv
 
     schema = plan.arrow_schema(content)
-    read_options = csv.ReadOptions(column_names=schema.names)
+    copied = plan.copied_columns(content)
+    # With one backing table, source_table is the same on every row: added here, not sent per row.
+    constant = plan.tables[0].table if "source_table" not in copied else None
+    read_options = csv.ReadOptions(column_names=copied)
     parse_options = csv.ParseOptions(newlines_in_values=True)
     convert_options = csv.ConvertOptions(
-        column_types={f.name: f.type for f in schema},
+        column_types={f.name: f.type for f in schema if f.name in copied},
         strings_can_be_null=True,  # COPY writes NULL unquoted and empty, ""
         quoted_strings_can_be_null=False,  # ... and an empty string quoted
         true_values=["t"],
         false_values=["f"],
     )
-    with connect(url) as conn, conn.cursor() as cur:
-        for a, b in split_range(lo, hi, -(-(hi - lo) // COPY_SLICE_IDS)):
+    slices = split_range(lo, hi, -(-(hi - lo) // COPY_SLICE_IDS))
+    with connect(url) as conn, conn.cursor() as cur, ThreadPoolExecutor(1, "factstream-copy") as pool:
+
+        def fetch(index: int) -> bytearray:
+            a, b = slices[index]
+            data = bytearray()
             with cur.copy(plan.copy_sql(a, b, content)) as copy:
-                data = b"".join(bytes(chunk) for chunk in copy)
+                for chunk in copy:
+                    data += chunk
+            return data
+
+        # The next slice's COPY runs (in a thread, on the same connection) while this one is parsed
+        # and consumed: the server produces rows while the task works on the previous ones.
+        pending = pool.submit(fetch, 0) if slices else None
+        for index in range(len(slices)):
+            assert pending is not None
+            data = pending.result()
+            pending = pool.submit(fetch, index + 1) if index + 1 < len(slices) else None
             if not data:
                 continue
             table = csv.read_csv(
-                pa.py_buffer(data),
+                pa.py_buffer(data),  # no copy: Arrow reads the bytearray in place
                 read_options=read_options,
                 parse_options=parse_options,
                 convert_options=convert_options,
             )
             del data
-            for batch in table.to_batches():
-                if batch.num_rows:
-                    yield batch
+            if not table.num_rows:
+                continue
+            if constant is not None:
+                column = _repeat(constant, table.num_rows)
+                table = table.add_column(schema.get_field_index("source_table"), schema.field("source_table"), column)
+            yield table
+
+
+def _repeat(value: str, n: int) -> Any:
+    """A string array of ``n`` copies of ``value``, built in Arrow (dictionary indices all 0, decoded)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    indices = pc.fill_null(pa.nulls(n, pa.int32()), 0)
+    return pa.DictionaryArray.from_arrays(indices, pa.array([value])).cast(pa.string())
 
 
 def _read_with_function(url: str, plan: StreamPlan, lo: int, hi: int, content: bool) -> Iterator[Any]:
