@@ -6,9 +6,9 @@ runs in its own process:
 
 * latency: one fact per transaction at 1,000 facts/s; the reader's ``on_rows`` records the delay
   from the writer's COMMIT returning to the rows reaching it (p50, p99);
-* throughput: the writer appends batches of 100 as fast as it can for a while, first with no readers
-  (the baseline) and then with two readers, each in its own process; facts/s delivered to the slowest
-  reader (rows it received over the time from the first write to its last row) vs the write rate;
+* throughput: the writer appends batches of 100 as fast as it can, in phases that alternate between
+  no reader connected (the baseline) and two readers connected, each in its own process; facts/s
+  delivered to the slowest reader vs the write rate alone (see ``throughput``);
 * catch-up: 1,000,000 facts written while no reader runs; a reader then starts from behind (its
   position is older than the facts) and reads them from the database.
 """
@@ -138,18 +138,23 @@ async def latency(url: str, redis_url: str | None, seconds: float, rate: int = 1
 def _reader_process(
     url: str, redis_url: str | None, name: str, names: list[str], port: int, deployment: str, pipe: Any
 ) -> None:
-    """A reader host in its own process: reports ready, then (rows, first, last) once it has ``target`` rows."""
-    probe = Probe()
-    seen = {"rows": 0, "first": 0.0, "last": 0.0}
+    """A reader host in its own process, driven through ``pipe`` by the throughput benchmark.
 
-    def on_rows(_instance: str, _token: int, rows: list[Any]) -> None:
-        now = time.time()
-        if not seen["rows"]:
-            seen["first"] = now
-        seen["rows"] += len(rows)
-        seen["last"] = now
+    Commands: ``("disconnect",)`` drops its replication link; ``("connect", token)`` reconnects and
+    answers once it has caught up to ``token``; ``("wait", token)`` answers with the wall-clock time
+    at which the rows of ``token`` reached its ``on_rows`` (waiting for them if need be);
+    ``("stop",)`` ends the process.
+    """
+    probe = Probe()
+    arrivals: list[tuple[int, float]] = []  # (last token of an on_rows call, when)
+
+    def on_rows(_instance: str, token: int, _rows: list[Any]) -> None:
+        arrivals.append((token, time.time()))
 
     probe.callback = on_rows
+
+    async def position(host: Host) -> int:
+        return host.id_generator("bench_e2e").get_current_token_for_writer("main")
 
     async def main() -> None:
         host = Host(
@@ -159,11 +164,26 @@ def _reader_process(
         while not any("bench_e2e" in s for s in host.handler._connected.values()):
             await asyncio.sleep(0.01)
         pipe.send("ready")
-        target = await asyncio.to_thread(pipe.recv)
-        deadline = time.time() + 120
-        while seen["rows"] < target and time.time() < deadline:
-            await asyncio.sleep(0.01)
-        pipe.send((seen["rows"], seen["first"], seen["last"]))
+        while True:
+            command = await asyncio.to_thread(pipe.recv)
+            if command[0] == "stop":
+                break
+            if command[0] == "disconnect":
+                await host.disconnect_replication()
+                pipe.send("ok")
+            elif command[0] == "connect":
+                await host.connect_replication()
+                while await position(host) < command[1]:
+                    await asyncio.sleep(0.005)
+                arrivals.clear()
+                pipe.send("ok")
+            elif command[0] == "wait":
+                deadline = time.time() + 120
+                while (not arrivals or arrivals[-1][0] < command[1]) and time.time() < deadline:
+                    await asyncio.sleep(0.002)
+                when = next((t for token, t in arrivals if token >= command[1]), float("nan"))
+                arrivals.clear()
+                pipe.send(when)
         await host.stop()
 
     asyncio.run(main())
@@ -181,19 +201,33 @@ def _settings(url: str, redis_url: str | None, name: str, names: list[str], port
     )
 
 
-async def throughput(url: str, redis_url: str | None, seconds: float, readers: int) -> tuple[float, float]:
-    """(write rate, slowest reader's delivered rate) for batches of 100; readers in their own processes."""
+async def throughput(url: str, redis_url: str | None, seconds: float, rounds: int = 4) -> tuple[float, float, float]:
+    """``(writes alone, writes with two readers, delivered to the slowest reader)`` in facts/s.
+
+    One writer appends batches of 100 as fast as it can. Two reader hosts run in their own
+    processes. The phases alternate, ``rounds`` times each, ``seconds / (2 * rounds)`` seconds long,
+    so that both see the same drift of the disk's commit latency. In an "alone" phase the readers
+    are disconnected and the writer knows it (no peers: it streams nothing). In a "readers" phase the
+    readers have first caught up; a phase's delivery time runs from its first write to the moment
+    the slowest reader's ``on_rows`` got the phase's last fact.
+    """
     import multiprocessing
 
     port = free_port()
     deployment = f"bench{port}"
-    names = ["main"] + [f"r{i}" for i in range(1, readers + 1)]
+    names = ["main", "r1", "r2"]
     main = Host(
         _settings(url, redis_url, "main", names, port, deployment), load_plugins(extra=[("bench_probe", Probe())])
     )
     await main.start()
     ctx = multiprocessing.get_context("spawn")
     procs = []
+
+    async def ask(command: tuple[Any, ...]) -> list[Any]:
+        for _, pipe in procs:
+            pipe.send(command)
+        return [await asyncio.to_thread(pipe.recv) for _, pipe in procs]
+
     try:
         for name in names[1:]:
             ours, theirs = ctx.Pipe()
@@ -207,20 +241,40 @@ async def throughput(url: str, redis_url: str | None, seconds: float, readers: i
         gen = main.id_generator("bench_e2e")
         db = main.database()
         rows = [{"key": "k"}] * 100
-        written = 0
-        start = time.time()
-        while time.time() - start < seconds:
-            async with db.transaction() as txn:
-                await gen.append_many_txn(txn, "bench_e2e", rows)
-            written += 100
-        write_rate = written / (time.time() - start)
-        rates = []
+        phase = seconds / (2 * rounds)
+
+        async def write_for(duration: float) -> tuple[int, float, float]:
+            written = 0
+            start = time.time()
+            while time.time() - start < duration:
+                async with db.transaction() as txn:
+                    await gen.append_many_txn(txn, "bench_e2e", rows)
+                written += 100
+            return written, start, time.time()
+
+        alone = [0, 0.0]
+        together = [0, 0.0]
+        delivered = [0, 0.0]
+        for _ in range(rounds):
+            await ask(("disconnect",))
+            while main.transport is not None and main.transport.has_peers():
+                await asyncio.sleep(0.05)
+            if redis_url:
+                await asyncio.sleep(1.5)  # the peer count is polled once a second: let it settle
+            n, start, end = await write_for(phase)
+            alone[0] += n
+            alone[1] += end - start
+
+            await ask(("connect", gen.get_current_token()))
+            n, start, end = await write_for(phase)
+            together[0] += n
+            together[1] += end - start
+            arrived = await ask(("wait", gen.get_current_token()))
+            delivered[0] += n
+            delivered[1] += max(arrived) - start
         for _, pipe in procs:
-            pipe.send(written)
-        for _, pipe in procs:
-            count, _first, last = await asyncio.to_thread(pipe.recv)
-            rates.append(count / (last - start) if count >= written else 0.0)
-        return write_rate, min(rates) if rates else 0.0
+            pipe.send(("stop",))
+        return alone[0] / alone[1], together[0] / together[1], delivered[0] / delivered[1]
     finally:
         for proc, _ in procs:
             proc.join(timeout=30)
@@ -269,9 +323,7 @@ def run(url: str, redis_url: str | None, seconds: float = 3.0, catch_up_facts: i
             f"{name:5s} latency at 1,000 facts/s: p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  ({n} facts; target p99 <= 5 ms)"
         )
         prepare(url)
-        alone, _ = asyncio.run(throughput(url, transport, seconds, 0))
-        prepare(url)
-        written, delivered = asyncio.run(throughput(url, transport, seconds, 2))
+        alone, written, delivered = asyncio.run(throughput(url, transport, 2 * seconds))
         lines.append(
             f"{name:5s} throughput: writes alone {alone:9,.0f}/s; with 2 readers writes {written:9,.0f}/s, "
             f"delivered {delivered:9,.0f}/s per reader = {delivered / alone:4.2f}x the write rate alone "

@@ -21,7 +21,7 @@ import importlib
 import inspect
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
@@ -163,36 +163,68 @@ class PluginHost:
     def has_impls(self, hook: str) -> bool:
         return bool(getattr(self.pm.hook, hook).get_hookimpls())
 
-    async def on_rows(self, host: Any, stream: str, instance: str, token: int, rows: list[Any]) -> None:
+    def on_rows(self, host: Any, stream: str, instance: str, token: int, rows: list[Any]) -> Awaitable[None] | None:
         """Deliver replicated rows to every ``on_rows`` implementation; failures are logged by plugin.
 
         This runs for every replicated token, so implementations taking the full argument list in
-        the spec's order are called positionally, without building keyword arguments per call.
+        the spec's order are called positionally, without building keyword arguments per call, and
+        no coroutine is made unless an implementation returns an awaitable: then the returned
+        awaitable awaits it and calls the remaining implementations, in the same order.
         """
-        for plugin_name, function, full in self._rows_impls():
+        impls = self._rows_impls()
+        for index, (plugin_name, function, full) in enumerate(impls):
             try:
-                if full and not self.trace:
-                    try:
-                        result = function(host, stream, instance, token, rows)
-                    except Exception as exc:
-                        raise PluginError(
-                            f"plugin {plugin_name!r} failed in hook on_rows: {type(exc).__name__}: {exc}"
-                        ) from exc
-                else:
-                    result = self._call(
-                        plugin_name,
-                        "on_rows",
-                        function,
-                        host=host,
-                        stream=stream,
-                        instance=instance,
-                        token=token,
-                        rows=rows,
-                    )
+                result = self._call_rows_impl(plugin_name, function, full, host, stream, instance, token, rows)
+            except PluginError as exc:
+                log.error("%s", exc)
+                continue
+            if result is not None and inspect.isawaitable(result):
+                return self._on_rows_from(impls[index:], result, host, stream, instance, token, rows)
+        return None
+
+    async def _on_rows_from(
+        self,
+        impls: list[tuple[str, Callable[..., Any], bool]],
+        first: Awaitable[Any],
+        host: Any,
+        stream: str,
+        instance: str,
+        token: int,
+        rows: list[Any],
+    ) -> None:
+        """Await ``first`` (what ``impls[0]`` returned), then call the other implementations in order."""
+        for index, (plugin_name, function, full) in enumerate(impls):
+            try:
+                result = (
+                    first
+                    if index == 0
+                    else self._call_rows_impl(plugin_name, function, full, host, stream, instance, token, rows)
+                )
                 if result is not None and inspect.isawaitable(result):
                     await _named(plugin_name, "on_rows", result)
             except PluginError as exc:
                 log.error("%s", exc)
+
+    def _call_rows_impl(
+        self,
+        plugin_name: str,
+        function: Callable[..., Any],
+        full: bool,
+        host: Any,
+        stream: str,
+        instance: str,
+        token: int,
+        rows: list[Any],
+    ) -> Any:
+        if full and not self.trace:
+            try:
+                return function(host, stream, instance, token, rows)
+            except Exception as exc:
+                message = f"plugin {plugin_name!r} failed in hook on_rows: {type(exc).__name__}: {exc}"
+                raise PluginError(message) from exc
+        return self._call(
+            plugin_name, "on_rows", function, host=host, stream=stream, instance=instance, token=token, rows=rows
+        )
 
     def _rows_impls(self) -> list[tuple[str, Callable[..., Any], bool]]:
         cached = self._rows_cache

@@ -931,3 +931,24 @@ def test_rdata_lines_for_a_run_of_rows_match_one_command_at_a_time(stream: str, 
             codec.encode_rdata_lines(stream, instance, pairs)
     else:
         assert codec.encode_rdata_lines(stream, instance, pairs) == expected
+
+
+plain_ascii_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(st.characters(min_codepoint=0, max_codepoint=127)),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(
+    st.lists(
+        st.tuples(st.none() | st.integers(min_value=0), st.lists(plain_ascii_values, max_size=4)),
+        min_size=1,
+        max_size=8,
+    )
+)
+@settings(max_examples=300)
+def test_plain_ascii_rows_take_the_bulk_path_and_still_match_one_command_at_a_time(pairs: list) -> None:
+    """Rows msgspec writes like the json module (ASCII, no floats) are encoded in bulk, byte-identically."""
+    expected = [codec.encode_line(RdataCommand("events", "main", token, row)) for token, row in pairs]
+    assert codec.encode_rdata_run("events", "main", [t for t, _ in pairs], [r for _, r in pairs]) == expected

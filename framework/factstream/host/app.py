@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Awaitable
 from typing import Any
 
 from factstream.caches.invalidate import CACHES_STREAM
@@ -33,7 +34,7 @@ from factstream.idgen.generator import MultiWriterIdGenerator
 from factstream.idgen.leases import WriterLeases
 from factstream.plugins import PluginHost
 from factstream.replication import commands as c
-from factstream.replication.handler import PositionCallback, ReplicationHandler, RowsCallback
+from factstream.replication.handler import PositionCallback, ReplicationHandler, RowsCallback, ScopedRowsCallback
 from factstream.replication.stream import ReplicatedStream
 from factstream.replication.streamer import ReplicationStreamer
 from factstream.replication.transport import Transport, make_transport
@@ -124,14 +125,18 @@ class Host:
         # Caches first: plugins' on_rows hooks (and, after them, the position) see them invalidated.
         self.sync = await SyncService.create(self, self.db, self.streams)
         # Caches first: plugins' on_rows hooks (and, after them, the position) see them invalidated.
-        on_rows: list[RowsCallback] = [self._invalidate_caches] if self.caches.applier.streams() else []
+        # Each callback only for the streams it concerns: one runs for every replicated token.
+        invalidated = self.caches.applier.streams()
+        on_rows: list[RowsCallback | ScopedRowsCallback] = []
+        if invalidated:
+            on_rows.append((self._invalidate_caches, invalidated))
         if self.plugins.has_impls("on_rows"):
             on_rows.append(self._on_rows)
         on_position: list[PositionCallback] = []
         if self.sync.synced:
             # Wake-ups only for streams with a sync key: rows are remembered before the advance
             # and their users woken after it.
-            on_rows.append(self.sync.router.on_rows)
+            on_rows.append((self.sync.router.on_rows, frozenset(self.sync.router.synced)))
             on_position.append(self.sync.router.on_position)
         self.handler = ReplicationHandler(
             self.instance_name,
@@ -141,13 +146,7 @@ class Host:
             max_backlog=settings.replication.max_backlog,
         )
         self.transport = make_transport(settings, self.handler)
-        self.streamer = ReplicationStreamer(
-            self.instance_name,
-            self.streams.values(),
-            self.transport.send,
-            self.transport.has_peers,
-            send_lines=self.transport.send_lines,
-        )
+        self.streamer = ReplicationStreamer(self.instance_name, self.streams.values(), self.transport)
         self.handler.on_replicate = lambda _conn: self.streamer.announce() if self.streamer else None
         self.transport.on_connected = self.streamer.announce
         await self.transport.start()
@@ -190,8 +189,8 @@ class Host:
     def _invalidate_caches(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> None:
         self.caches.apply_rows(stream.name, rows)
 
-    async def _on_rows(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> None:
-        await self.plugins.on_rows(self, stream.name, instance, token, rows)
+    def _on_rows(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> Awaitable[None] | None:
+        return self.plugins.on_rows(self, stream.name, instance, token, rows)
 
     async def _check_retired(self) -> None:
         while True:
@@ -220,8 +219,7 @@ class Host:
             await self.disconnect_replication()
         transport = make_transport(self.settings, self.handler)
         transport.on_connected = self.streamer.announce
-        self.streamer.send = transport.send
-        self.streamer.has_peers = transport.has_peers
+        self.streamer.attach(transport)
         self.transport = transport
         await transport.start()
 

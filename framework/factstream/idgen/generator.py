@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from factstream.db.database import Connection, Database, Transaction
 from factstream.errors import FactstreamError
@@ -39,6 +39,27 @@ DEFAULT_REPAIR_MARGIN = 10_000
 
 class IdGeneratorError(FactstreamError):
     """Misuse of a stream's ID generator (reserving on a non-writer, using it before start())."""
+
+
+class RowCapture(Protocol):
+    """Receives the rows this process commits, so that replication need not read them back.
+
+    :meth:`MultiWriterIdGenerator.append_many_txn` asks :meth:`fields_for` which columns to return
+    with each new row (``INSERT ... RETURNING``: the values as stored, after defaults and
+    triggers) and hands them over once the transaction has committed, before the IDs complete.
+    Every other completed ID (reserved with ``get_next*``, appended when nothing was captured, rolled
+    back, or of a COMMIT with an unknown outcome) is reported through :meth:`uncaptured`, so the
+    capture always knows which IDs it may lack.
+    """
+
+    def fields_for(self, table: str) -> tuple[str, ...] | None:
+        """Columns to return with the stream ID of rows appended to ``table`` (``None``: capture nothing)."""
+
+    def captured(self, rows: list[tuple[Any, ...]]) -> None:
+        """``(stored stream ID, *field values)`` of committed appended rows."""
+
+    def uncaptured(self, ids: list[int]) -> None:
+        """IDs (positive, as the tracker counts them) that may have rows which were not captured."""
 
 
 class MultiWriterIdGenerator:
@@ -84,8 +105,13 @@ class MultiWriterIdGenerator:
         self._listeners: list[Callable[[], None]] = []
         self._counted: list[str] = []
         self._dead: list[str] = []
-        self._append_sql: dict[tuple[str, tuple[str, ...], bool], str] = {}
+        self._append_sql: dict[tuple[str, tuple[str, ...], bool, tuple[str, ...] | None], str] = {}
         self.repaired_from: int | None = None
+        #: Set by replication on a writer (see :class:`RowCapture`).
+        self.capture: RowCapture | None = None
+        #: The highest ID (positive) anyone could have reserved before :meth:`start`: facts up to it
+        #: may have been committed by an earlier process under this instance name.
+        self.reserved_before_start = 0
 
     @classmethod
     def from_spec(
@@ -142,6 +168,7 @@ class MultiWriterIdGenerator:
                 metrics.SEQUENCE_REPAIRS.labels(stream=self.stream_name).inc()
                 self.repaired_from = repair.old_last
             state = await self._read_state(conn, with_rows=True)
+            self.reserved_before_start = max(state.sequence_last, state.table_max)
             self._tracker = initial_tracker(
                 local=self.instance_name, writers=self.writers, state=state, counted=self._counted, dead=self._dead
             )
@@ -252,6 +279,8 @@ class MultiWriterIdGenerator:
         try:
             yield [i * self.factor for i in ids]
         finally:
+            if self.capture is not None:
+                self.capture.uncaptured(ids)  # whether rows were committed is unknown here
             self._complete(ids)
 
     async def get_next_txn(self, txn: Transaction) -> int:
@@ -276,7 +305,7 @@ class MultiWriterIdGenerator:
             ids = await self.sequence.next_ids(txn.conn, n)
         finally:
             tracker.end_fetch(token, ids)
-        txn.on_complete(lambda _committed: self._complete(ids))
+        txn.on_complete(lambda committed: self._complete(ids, committed))
         return [i * self.factor for i in ids]
 
     async def append_txn(self, txn: Transaction, table: str, values: Mapping[str, Any]) -> int:
@@ -308,7 +337,9 @@ class MultiWriterIdGenerator:
         if any(tuple(r) != names for r in rows):
             raise IdGeneratorError(f"stream {self.stream_name!r}: every appended row needs the columns {names}")
         single = len(rows) == 1
-        key = (table, names, single)
+        capture = self.capture
+        fields = capture.fields_for(table) if capture is not None else None
+        key = (table, names, single, fields)
         sql = self._append_sql.get(key)
         if sql is None:
             columns = [check_name("column", c) for c in names]
@@ -336,7 +367,7 @@ class MultiWriterIdGenerator:
                     f"{head}SELECT {sign}nextval('{self.sequence.name}'), %(__instance)s{picks} "
                     f"FROM unnest({arrays}) WITH ORDINALITY AS u({', '.join(columns)}, __n) ORDER BY u.__n"
                 )
-            sql += f" RETURNING {ref.id_column}"
+            sql += f" RETURNING {ref.id_column}{''.join(', ' + check_name('column', f) for f in fields or ())}"
             self._append_sql[key] = sql
         if single:
             params: dict[str, Any] = dict(rows[0])
@@ -348,15 +379,32 @@ class MultiWriterIdGenerator:
         ids: list[int] = []
         try:
             cur = await txn.conn.execute(sql, params)
-            ids = sorted(int(r[0]) * self.factor for r in await cur.fetchall())
+            returned = await cur.fetchall()
+            ids = sorted(int(r[0]) * self.factor for r in returned)
         finally:
             tracker.end_fetch(token, ids)
-        txn.on_complete(lambda _committed: self._complete(ids))
+        if fields is None:
+            txn.on_complete(lambda committed: self._complete(ids, committed))
+        else:
+            txn.on_complete(lambda committed: self._complete(ids, committed, returned))
         return [i * self.factor for i in ids]
 
-    def _complete(self, ids: list[int]) -> None:
+    def _complete(self, ids: list[int], committed: bool = False, rows: list[tuple[Any, ...]] | None = None) -> None:
+        """The IDs are done. First the capture gets their ``rows`` if they surely committed, or else
+        learns that it lacks them: a rollback, but also a COMMIT whose outcome is unknown (cancelled
+        or cut off while waiting for the answer) may have stored rows."""
         if not ids:
             return
+        capture = self.capture
+        if capture is not None:
+            try:
+                if committed and rows is not None:
+                    capture.captured(rows)
+                else:
+                    capture.uncaptured(ids)
+            except Exception:
+                log.exception("row capture of stream %s failed", self.stream_name)
+                capture.uncaptured(ids)
         self.tracker.complete(ids)
         if self._persister is not None:
             self._persister.mark_dirty()

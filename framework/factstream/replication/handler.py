@@ -29,7 +29,7 @@ import inspect
 import itertools
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any, Protocol, cast
 
 from factstream.replication import commands as c
@@ -42,6 +42,8 @@ CATCH_UP_PAGE_ROWS = 2_000
 
 #: ``on_rows(stream, instance, token, rows)``: called for every token's rows before positions advance.
 RowsCallback = Callable[[ReplicatedStream, str, int, list[Any]], Awaitable[None] | None]
+#: A rows callback for some streams only: ``(callback, stream names)``.
+ScopedRowsCallback = tuple[RowsCallback, Collection[str]]
 #: ``on_position(stream, instance, token)``: called after a stream advanced (rows or not).
 PositionCallback = Callable[[ReplicatedStream, str, int], Awaitable[None] | None]
 
@@ -98,13 +100,17 @@ class ReplicationHandler:
         instance_name: str,
         streams: Iterable[ReplicatedStream],
         *,
-        on_rows: Iterable[RowsCallback] = (),
+        on_rows: Iterable[RowsCallback | ScopedRowsCallback] = (),
         on_position: Iterable[PositionCallback] = (),
         max_backlog: int = 10_000,
     ) -> None:
         self.instance_name = instance_name
         self.streams = {s.name: s for s in streams}
-        self.on_rows = list(on_rows)
+        #: ``(callback, streams or None for all)``, in call order.
+        self.on_rows: list[tuple[RowsCallback, Collection[str] | None]] = [
+            (entry[0], entry[1]) if isinstance(entry, tuple) else (entry, None) for entry in on_rows
+        ]
+        self._rows_callbacks: dict[str, list[RowsCallback]] = {}
         self.on_position = list(on_position)
         self.connections: list[Connection] = []
         self._connected: dict[Connection, set[str]] = defaultdict(set)
@@ -271,7 +277,9 @@ class ReplicationHandler:
             rows.append(row)
         if cmd.token <= max(pending.get(instance, 0), stream.current_token(instance)):
             return  # already seen (a catch-up read it first)
-        await self._call_on_rows(stream, instance, cmd.token, rows)
+        waiting = self._call_on_rows(stream, instance, cmd.token, rows)
+        if waiting is not None:
+            await waiting
         pending[instance] = cmd.token
 
     async def _process_run(
@@ -284,6 +292,7 @@ class ReplicationHandler:
         key = (run.stream_name, instance)
         seen = max(pending.get(instance, 0), stream.current_token(instance))
         batch = self._batches.pop(key, None)
+        call = self._call_on_rows
         for token, row, raw in zip(run.tokens, rows, run.rows, strict=True):
             if row is None:
                 log.warning("dropping RDATA with a bad row from %s on %s: %r", instance, stream.name, raw)
@@ -301,7 +310,9 @@ class ReplicationHandler:
                 group, batch = batch, None
             if token <= seen:
                 continue  # already seen (a catch-up read it first)
-            await self._call_on_rows(stream, instance, token, group)
+            waiting = call(stream, instance, token, group)
+            if waiting is not None:
+                await waiting
             seen = pending[instance] = token
         if batch is not None:
             self._batches[key] = batch
@@ -323,7 +334,9 @@ class ReplicationHandler:
             )
             # A page at a time: every token's rows to the plugins, then one advance to the page's end.
             for token, group in itertools.groupby(updates, key=lambda u: u[0]):
-                await self._call_on_rows(stream, cmd.instance_name, token, [row for _, row in group])
+                waiting = self._call_on_rows(stream, cmd.instance_name, token, [row for _, row in group])
+                if waiting is not None:
+                    await waiting
             if missing:
                 await self._deliver(stream, cmd.instance_name, upto, [])
             current = upto
@@ -332,20 +345,57 @@ class ReplicationHandler:
 
     # -- delivery ----------------------------------------------------------------------------------
 
-    async def _call_on_rows(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> None:
-        for callback in self.on_rows:
+    def _callbacks_for(self, stream: str) -> list[RowsCallback]:
+        callbacks = self._rows_callbacks.get(stream)
+        if callbacks is None:
+            callbacks = [cb for cb, scope in self.on_rows if scope is None or stream in scope]
+            self._rows_callbacks[stream] = callbacks
+        return callbacks
+
+    def _call_on_rows(
+        self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]
+    ) -> Awaitable[None] | None:
+        """Run the rows callbacks for one token, in order; an awaitable if one of them must be awaited.
+
+        This runs for every replicated token, so synchronous callbacks cost no coroutine: only when
+        a callback returns an awaitable does the rest continue in :meth:`_call_on_rows_from`.
+        """
+        self.rows_processed += len(rows)
+        callbacks = self._rows_callbacks.get(stream.name) or self._callbacks_for(stream.name)
+        for index, callback in enumerate(callbacks):
             try:
                 result = callback(stream, instance, token, rows)
+            except Exception:
+                log.exception("on_rows callback %r failed for %s at %s", callback, stream.name, token)
+                continue
+            if result is not None and inspect.isawaitable(result):
+                return self._call_on_rows_from(stream, instance, token, rows, callbacks[index:], result)
+        return None
+
+    async def _call_on_rows_from(
+        self,
+        stream: ReplicatedStream,
+        instance: str,
+        token: int,
+        rows: list[Any],
+        callbacks: list[RowsCallback],
+        first: Awaitable[Any],
+    ) -> None:
+        """Await ``first`` (what ``callbacks[0]`` returned), then run the other callbacks in order."""
+        for index, callback in enumerate(callbacks):
+            try:
+                result = first if index == 0 else callback(stream, instance, token, rows)
                 if result is not None and inspect.isawaitable(result):
                     await result
             except Exception:
                 log.exception("on_rows callback %r failed for %s at %s", callback, stream.name, token)
-        self.rows_processed += len(rows)
 
     async def _deliver(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> None:
         """Plugins first, then the position, then waiters: the order readers rely on."""
         if rows:
-            await self._call_on_rows(stream, instance, token, rows)
+            waiting = self._call_on_rows(stream, instance, token, rows)
+            if waiting is not None:
+                await waiting
         stream.advance(instance, token)
         for position_callback in self.on_position:
             try:

@@ -21,6 +21,8 @@ UPDATE_TARGET_ROWS = 100
 #: writer's replication from falling behind its own write rate (measured: 100-row pages capped a
 #: Redis writer's publishing at about 12,000 rows/s).
 STREAMER_PAGE_ROWS = 1_000
+#: Captured rows a writer keeps for its streamer at most; past that it reads them back instead.
+CAPTURE_LIMIT_ROWS = 100_000
 
 
 class RowError(ValueError):
@@ -50,6 +52,19 @@ class ReplicatedStream:
         #: The last token this process has sent (streamer side); starts at the current position, so
         #: history is not replayed on start-up.
         self.last_token = self.current_token(self.local) if id_gen.is_writer else 0
+        # Rows appended here are captured as they commit (see RowCapture), so that the streamer
+        # sends them without reading them back: only for streams read by the table update function,
+        # whose rows are exactly the backing tables' columns.
+        self.capturing = False
+        self._captured_tokens: list[int] = []
+        self._captured_rows: list[Any] = []
+        #: Wire tokens at or below this one must be read from the database: some committed ID there
+        #: was not captured (committed by an earlier process under this instance name, reserved with
+        #: get_next*, appended while nobody listened, or dropped).
+        self._read_upto = max(self.last_token, id_gen.reserved_before_start)
+        self._tables = {t.table for t in spec.tables}
+        if id_gen.is_writer and spec.update_function is None:
+            id_gen.capture = self
 
     # -- positions, in wire tokens -----------------------------------------------------------------
 
@@ -94,6 +109,27 @@ class ReplicatedStream:
         """The wire array of a row (field order), JSON-encodable by the command codec."""
         return [msgspec.to_builtins(getattr(row, f)) for f in self.fields]
 
+    # -- capture (writer side, see factstream.idgen.generator.RowCapture) -------------------------
+
+    def fields_for(self, table: str) -> tuple[str, ...] | None:
+        return self.fields if self.capturing and table in self._tables else None
+
+    def captured(self, rows: list[tuple[Any, ...]]) -> None:
+        factor = self.factor
+        tokens = [int(r[0]) * factor for r in rows] if factor != 1 else [r[0] for r in rows]
+        if not self.capturing or len(self._captured_tokens) + len(rows) > CAPTURE_LIMIT_ROWS:
+            # Nobody listens, or the streamer is far behind (or stalled): read these back later.
+            self._read_upto = max(self._read_upto, max(tokens), max(self._captured_tokens, default=0))
+            self._captured_tokens.clear()
+            self._captured_rows.clear()
+            return
+        # Stored values through to_builtins, exactly as encode_row treats a row read back.
+        self._captured_tokens += tokens
+        self._captured_rows += msgspec.to_builtins([r[1:] for r in rows])
+
+    def uncaptured(self, ids: list[int]) -> None:
+        self._read_upto = max(self._read_upto, max(ids))
+
     # -- updates -----------------------------------------------------------------------------------
 
     async def get_updates_since(
@@ -103,19 +139,59 @@ class ReplicatedStream:
             return [], upto_token, False
         return await self.update(self.db, instance, from_token, upto_token, limit)
 
-    async def get_updates(self) -> tuple[list[Update], int, bool]:
-        """What this process wrote since :attr:`last_token` (streamer side); moves the cursor."""
+    async def get_wire_updates(self) -> tuple[list[int], list[Any], int, bool]:
+        """What this process wrote since :attr:`last_token`: ``(tokens, wire rows, upto, limited)``.
+
+        Streamer side; moves the cursor. Rows come from the capture when it holds every committed
+        ID of the range, and are read back through the update function otherwise.
+        """
         current = self.current_token(self.local)
         if self.last_token >= self.minimal_local_current_token():
             # Nothing new was written here: the position moved because others wrote.
             self.last_token = max(self.last_token, current)
-            return [], current, False
+            self._drop_captured(self.last_token)
+            return [], [], current, False
+        if self.capturing and self.last_token >= self._read_upto:
+            tokens, rows = self._captured_tokens, self._captured_rows
+            if tokens and max(tokens) > current:
+                # Some rows wait for an earlier ID that is still in flight: keep them for later.
+                keep = [i for i, t in enumerate(tokens) if t > current]
+                self._captured_tokens = [tokens[i] for i in keep]
+                self._captured_rows = [rows[i] for i in keep]
+                send = [i for i, t in enumerate(tokens) if t <= current]
+                tokens, rows = [tokens[i] for i in send], [rows[i] for i in send]
+            else:
+                self._captured_tokens, self._captured_rows = [], []
+            if tokens != sorted(tokens):  # commits can finish out of order (linear when sorted)
+                order = sorted(range(len(tokens)), key=tokens.__getitem__)
+                tokens, rows = [tokens[i] for i in order], [rows[i] for i in order]
+            self.last_token = current
+            return tokens, rows, current, False
         updates, upto, limited = await self.get_updates_since(
             self.local, self.last_token, current, limit=STREAMER_PAGE_ROWS
         )
         self.last_token = upto
-        return updates, upto, limited
+        self._drop_captured(upto)
+        encode = self.encode_row
+        return [t for t, _ in updates], [encode(r) for _, r in updates], upto, limited
 
     def discard_updates_and_advance(self) -> None:
         """Nobody is listening: skip to the current position."""
         self.last_token = self.current_token(self.local)
+        self._drop_captured(self.last_token)
+
+    def set_capturing(self, on: bool) -> None:
+        """Capture rows from now on (someone listens) or not; IDs before a switch on are read back."""
+        if on and not self.capturing:
+            self._read_upto = max(self._read_upto, self.minimal_local_current_token(), self.last_token)
+        self.capturing = on
+        if not on:
+            self._captured_tokens.clear()
+            self._captured_rows.clear()
+
+    def _drop_captured(self, upto: int) -> None:
+        tokens = self._captured_tokens
+        if tokens and min(tokens) <= upto:
+            keep = [i for i, t in enumerate(tokens) if t > upto]
+            self._captured_tokens = [tokens[i] for i in keep]
+            self._captured_rows = [self._captured_rows[i] for i in keep]

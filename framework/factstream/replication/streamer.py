@@ -4,8 +4,10 @@ The streamer is woken (:meth:`ReplicationStreamer.poke`) whenever one of its str
 fact, and once a second in any case (positions also move without local data, e.g. an idle writer's
 announced position follows the others). Each wake-up, per stream:
 
-* rows written here since the last send are read back through the stream's update function and sent
-  as RDATA, every row but the last of one token with the token ``batch``;
+* rows written here since the last send are sent as RDATA, every row but the last of one token with
+  the token ``batch``. Rows appended to a table-backed stream are captured as they commit (``INSERT
+  ... RETURNING`` the stored values) and sent from memory; anything else is read back through the
+  stream's update function (see :meth:`ReplicatedStream.get_wire_updates`);
 * if the position moved past the last row (or there were no rows), a ``POSITION last current`` says
   that nothing was written in between.
 
@@ -21,8 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable
+from typing import Protocol
 
 from factstream.replication import commands as c
 from factstream.replication.stream import ReplicatedStream
@@ -30,24 +32,25 @@ from factstream.replication.stream import ReplicatedStream
 log = logging.getLogger(__name__)
 
 
+class Outlet(Protocol):
+    """Where the streamer's commands go (a transport)."""
+
+    def send(self, command: c.Command) -> None: ...
+
+    def send_lines(self, lines: list[bytes]) -> None: ...
+
+    def has_peers(self) -> bool: ...
+
+
 class ReplicationStreamer:
-    """Sends this process's streams (those it may write) to all connections through ``send``."""
+    """Sends this process's streams (those it may write) to every peer of a transport."""
 
     def __init__(
-        self,
-        instance_name: str,
-        streams: Iterable[ReplicatedStream],
-        send: Callable[[c.Command], None],
-        has_peers: Callable[[], bool],
-        *,
-        send_lines: Callable[[list[bytes]], None] | None = None,
-        tick: float = 1.0,
+        self, instance_name: str, streams: Iterable[ReplicatedStream], outlet: Outlet, *, tick: float = 1.0
     ) -> None:
         self.instance_name = instance_name
         self.streams = [s for s in streams if s.id_gen.is_writer]
-        self.send = send
-        self.send_lines = send_lines or self._send_lines_one_by_one
-        self.has_peers = has_peers
+        self.attach(outlet)
         self.tick = tick
         self._wake = asyncio.Event()
         self._announce = False
@@ -56,6 +59,12 @@ class ReplicationStreamer:
         self.rows_sent = 0
         for stream in self.streams:
             stream.id_gen.add_completion_listener(self.poke)
+
+    def attach(self, outlet: Outlet) -> None:
+        """Send through ``outlet`` from now on (a new transport after a reconnection)."""
+        self.send = outlet.send
+        self.send_lines = outlet.send_lines
+        self.has_peers = outlet.has_peers
 
     def start(self) -> None:
         if self._task is None:
@@ -89,6 +98,7 @@ class ReplicationStreamer:
         """One pass: backlog first, then the announcement if one was asked for."""
         if not self.has_peers():
             for stream in self.streams:
+                stream.set_capturing(False)
                 stream.discard_updates_and_advance()
             self._announce = False
             self._skipped = True
@@ -100,6 +110,8 @@ class ReplicationStreamer:
             self._skipped = False
             for stream in self.streams:
                 self.send(c.PositionCommand(stream.name, self.instance_name, stream.last_token, stream.last_token))
+        for stream in self.streams:
+            stream.set_capturing(True)
         more = True
         while more:
             more = False
@@ -107,15 +119,15 @@ class ReplicationStreamer:
                 if stream.last_token == stream.current_token(self.instance_name):
                     continue
                 last = stream.last_token
-                updates, current, limited = await stream.get_updates()
+                tokens, rows, current, limited = await stream.get_wire_updates()
                 more |= limited
-                if not updates:
+                if not tokens:
                     if current > last:
                         self.send(c.PositionCommand(stream.name, self.instance_name, last, current))
                     continue
-                self.send_lines(c.encode_rdata_lines(stream.name, self.instance_name, _wire_rows(stream, updates)))
-                self.rows_sent += len(updates)
-                last = updates[-1][0]
+                last = tokens[-1]
+                self.send_lines(c.encode_rdata_run(stream.name, self.instance_name, _batched(tokens), rows))
+                self.rows_sent += len(tokens)
                 if last < current:
                     self.send(c.PositionCommand(stream.name, self.instance_name, last, current))
         if self._announce:
@@ -123,10 +135,6 @@ class ReplicationStreamer:
             for stream in self.streams:
                 token = stream.last_token
                 self.send(c.PositionCommand(stream.name, self.instance_name, token, token))
-
-    def _send_lines_one_by_one(self, lines: list[bytes]) -> None:
-        for line in lines:
-            self.send(c.parse_command(line))
 
     async def close(self) -> None:
         if self._task is not None:
@@ -136,9 +144,9 @@ class ReplicationStreamer:
             self._task = None
 
 
-def _wire_rows(stream: ReplicatedStream, updates: list[tuple[int, Any]]) -> Iterator[tuple[int | None, Any]]:
-    """``(token, wire row)`` pairs, every row but the last of one token marked ``batch`` (``None``)."""
-    encode = stream.encode_row
-    last = len(updates) - 1
-    for i, (token, row) in enumerate(updates):
-        yield (token if i == last or updates[i + 1][0] != token else None), encode(row)
+def _batched(tokens: list[int]) -> list[int | None]:
+    """The wire tokens: every row but the last of one token marked ``batch`` (``None``)."""
+    if len(set(tokens)) == len(tokens):
+        return list(tokens)  # one row per token, the usual case
+    last = len(tokens) - 1
+    return [t if i == last or tokens[i + 1] != t else None for i, t in enumerate(tokens)]

@@ -41,6 +41,8 @@ Side = Literal["server", "client"]
 Dispatch = Callable[["TcpConnection", c.Command], None]
 DispatchRun = Callable[["TcpConnection", RdataRun], None]
 READ_CHUNK = 256 * 1024
+#: Bytes handed to the socket between two waits for it to drain.
+WRITE_CHUNK = 256 * 1024
 
 
 class Capacity(Protocol):
@@ -87,7 +89,10 @@ class TcpConnection:
         # Beyond the reference: writers' RDATA/POSITION go to the hub, which relays them and
         # REPLICATE to the other clients (see the module docstring).
         self.inbound = c.CLIENT_SENDS | {"RDATA", "POSITION"} if side == "server" else c.SERVER_SENDS | {"REPLICATE"}
-        self._queue: deque[bytes] = deque()
+        # Encoded lines waiting to be written, as blobs of one or more whole lines; ``_queued``
+        # counts the lines (the bound is in commands, as in the reference).
+        self._queue: deque[tuple[bytes, int]] = deque()
+        self._queued = 0
         self._ready = asyncio.Event()
         self._closed = asyncio.Event()
         self._last_sent = time.monotonic()
@@ -109,27 +114,27 @@ class TcpConnection:
         """Queue an encoded line (``send`` for many connections encodes once, then calls this)."""
         if self.closed:
             return
-        if len(self._queue) >= self.max_queue:
-            self._overflow()
-            return
-        self._queue.append(line)
-        self._ready.set()
+        self.send_blob(line, 1)
 
     def send_lines(self, lines: list[bytes]) -> None:
         """Queue several encoded lines; each counts against the queue bound."""
+        self.send_blob(b"".join(lines), len(lines))
+
+    def send_blob(self, blob: bytes, lines: int) -> None:
+        """Queue ``lines`` whole encoded lines joined into one blob (shared by every connection)."""
         if self.closed:
             return
-        if len(self._queue) + len(lines) > self.max_queue:
+        if self._queued + lines > self.max_queue:
             self._overflow()
             return
-        self._queue.extend(lines)
+        self._queue.append((blob, lines))
+        self._queued += lines
         self._ready.set()
 
     def _overflow(self) -> None:
-        log.warning(
-            "replication peer %s cannot keep up (%d commands queued): disconnecting", self.name, len(self._queue)
-        )
+        log.warning("replication peer %s cannot keep up (%d commands queued): disconnecting", self.name, self._queued)
         self._queue.clear()
+        self._queued = 0
         self.close("Failed to keep up")
 
     def close(self, error: str | None = None) -> None:
@@ -303,10 +308,12 @@ class TcpConnection:
                 await self._ready.wait()
                 self._ready.clear()
                 while self._queue and not self.closed:
-                    chunk: list[bytes] = []
-                    while self._queue and len(chunk) < 512:
-                        chunk.append(self._queue.popleft())
-                    self.writer.write(b"".join(chunk))
+                    size = 0
+                    while self._queue and size < WRITE_CHUNK:
+                        blob, lines = self._queue.popleft()
+                        self._queued -= lines
+                        self.writer.write(blob)
+                        size += len(blob)
                     self._last_sent = time.monotonic()
                     await self.writer.drain()
         except (ConnectionError, OSError):
@@ -418,9 +425,12 @@ class TcpServer:
                 conn.send_line(line)
 
     def send_lines_all(self, lines: list[bytes], *, exclude: TcpConnection | None = None) -> None:
+        if not self.connections:
+            return
+        blob = b"".join(lines)  # joined once for every connection
         for conn in list(self.connections):
             if conn is not exclude:
-                conn.send_lines(lines)
+                conn.send_blob(blob, len(lines))
 
     async def close(self) -> None:
         if self._server is not None:
