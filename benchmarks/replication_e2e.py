@@ -142,14 +142,15 @@ def _reader_process(
 
     Commands: ``("disconnect",)`` drops its replication link; ``("connect", token)`` reconnects and
     answers once it has caught up to ``token``; ``("wait", token)`` answers with the wall-clock time
-    at which the rows of ``token`` reached its ``on_rows`` (waiting for them if need be);
-    ``("stop",)`` ends the process.
+    at which the rows of ``token`` reached its ``on_rows`` (waiting for them if need be: ``token`` is
+    the last one written, so it is the last to arrive); ``("stop",)`` ends the process.
     """
     probe = Probe()
-    arrivals: list[tuple[int, float]] = []  # (last token of an on_rows call, when)
+    last = [0, 0.0]  # the token of the latest on_rows call, and when it came
 
     def on_rows(_instance: str, token: int, _rows: list[Any]) -> None:
-        arrivals.append((token, time.time()))
+        last[0] = token
+        last[1] = time.time()
 
     probe.callback = on_rows
 
@@ -175,15 +176,12 @@ def _reader_process(
                 await host.connect_replication()
                 while await position(host) < command[1]:
                     await asyncio.sleep(0.005)
-                arrivals.clear()
                 pipe.send("ok")
             elif command[0] == "wait":
                 deadline = time.time() + 120
-                while (not arrivals or arrivals[-1][0] < command[1]) and time.time() < deadline:
+                while last[0] < command[1] and time.time() < deadline:
                     await asyncio.sleep(0.002)
-                when = next((t for token, t in arrivals if token >= command[1]), float("nan"))
-                arrivals.clear()
-                pipe.send(when)
+                pipe.send(last[1] if last[0] == command[1] else float("nan"))
         await host.stop()
 
     asyncio.run(main())

@@ -70,6 +70,15 @@ class ReplicationConfig(_Section):
     max_backlog: int = Field(
         default=10_000, ge=10, description="received commands waiting to be processed before reading pauses"
     )
+    linger_ms: float = Field(
+        default=2.0,
+        ge=0,
+        le=100,
+        description="after sending a bulk of rows, wait this long before the next send, to coalesce (0: never)",
+    )
+    linger_rows: int = Field(
+        default=50, ge=1, description="a send of at least this many rows is a bulk (smaller sends never linger)"
+    )
 
 
 class CachesConfig(_Section):

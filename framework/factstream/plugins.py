@@ -226,6 +226,34 @@ class PluginHost:
             plugin_name, "on_rows", function, host=host, stream=stream, instance=instance, token=token, rows=rows
         )
 
+    def rows_callback(self, host: Any) -> Callable[[Any, str, int, list[Any]], Awaitable[None] | None]:
+        """``callback(stream, instance, token, rows)`` delivering to the ``on_rows`` hooks, for the handler.
+
+        ``stream`` is the replicated stream (its ``name`` is what the hooks get). With a single
+        implementation taking the spec's full argument list (the usual case) the callback calls it
+        directly: it runs for every replicated token. Otherwise it is :meth:`on_rows`.
+        """
+        impls = self._rows_impls()
+        if len(impls) != 1 or not impls[0][2] or self.trace:
+
+            def every(stream: Any, instance: str, token: int, rows: list[Any]) -> Awaitable[None] | None:
+                return self.on_rows(host, stream.name, instance, token, rows)
+
+            return every
+        plugin_name, function, _ = impls[0]
+
+        def one(stream: Any, instance: str, token: int, rows: list[Any]) -> Awaitable[None] | None:
+            try:
+                result = function(host, stream.name, instance, token, rows)
+            except Exception as exc:
+                log.error("plugin %r failed in hook on_rows: %s: %s", plugin_name, type(exc).__name__, exc)
+                return None
+            if result is not None and inspect.isawaitable(result):
+                return _logged(_named(plugin_name, "on_rows", result))
+            return None
+
+        return one
+
     def _rows_impls(self) -> list[tuple[str, Callable[..., Any], bool]]:
         cached = self._rows_cache
         if cached is None:
@@ -291,6 +319,14 @@ async def _named(plugin_name: str, hook: str, awaitable: Any) -> Any:
         raise
     except Exception as exc:
         raise PluginError(f"plugin {plugin_name!r} failed in hook {hook}: {type(exc).__name__}: {exc}") from exc
+
+
+async def _logged(awaitable: Awaitable[Any]) -> None:
+    """Await a hook's result, logging (not raising) the :class:`PluginError` that names the plugin."""
+    try:
+        await awaitable
+    except PluginError as exc:
+        log.error("%s", exc)
 
 
 def _binder(registry: Registry, plugin_name: str, hook: str, host: PluginHost) -> Callable[[Any], None]:

@@ -272,3 +272,113 @@ async def test_startup_failure_names_the_plugin_and_shutdown_runs_all(plugin_ins
     assert factstream_lifecycle.calls == [("startup", "the-host"), ("shutdown", "the-host")]
     assert factstream_polite.calls == ["shutdown"]
     assert [str(e) for e in errors] == ["plugin 'lifecycle' failed in hook shutdown: ValueError: already gone"]
+
+
+# -- on_rows: delivered to every implementation, in order, a failing one named and skipped --------------
+
+ROWS_LOG = """
+    import asyncio
+    import factstream
+
+    seen = []
+
+    @factstream.hookimpl
+    def on_rows(host, stream, instance, token, rows):
+        seen.append(("{name}", stream, instance, token, list(rows)))
+        {body}
+"""
+
+
+class _Stream:
+    name = "notes"
+
+
+async def _deliver(callback, token: int) -> None:
+    result = callback(_Stream(), "main", token, [f"row{token}"])
+    if result is not None:
+        await result
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_rows_reach_every_plugin_in_hook_order_and_a_raising_one_is_logged_by_name(
+    plugin_installer: PluginInstaller, caplog, kind
+):
+    body = {
+        "sync": "if token == 2: raise RuntimeError('bad row')",
+        "async": "await asyncio.sleep(0)\n        if token == 2: raise RuntimeError('bad row')",
+    }[kind]
+    source = ROWS_LOG.replace("def on_rows", "async def on_rows") if kind == "async" else ROWS_LOG
+    plugin_installer.from_source("alpha", source.format(name="alpha", body=body))
+    plugin_installer.from_source("beta", source.format(name="beta", body="pass"))
+    host = load_plugins()
+    callback = host.rows_callback(object())
+
+    with caplog.at_level(logging.ERROR, logger="factstream.plugins"):
+        for token in (1, 2, 3):
+            await _deliver(callback, token)
+
+    import factstream_alpha
+    import factstream_beta
+
+    assert [s[3] for s in factstream_alpha.seen] == [1, 2, 3]
+    assert factstream_beta.seen == [("beta", "notes", "main", t, [f"row{t}"]) for t in (1, 2, 3)]
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == ["plugin 'alpha' failed in hook on_rows: RuntimeError: bad row"]
+
+
+async def test_an_async_hook_finishes_before_the_next_plugin_sees_the_rows(plugin_installer: PluginInstaller):
+    order = """
+        import asyncio
+        import factstream
+        from factstream_order_log import log
+
+        @factstream.hookimpl
+        async def on_rows(host, stream, instance, token, rows):
+            log.append(("slow", "start", token))
+            await asyncio.sleep(0.01)
+            log.append(("slow", "end", token))
+    """
+    quick = """
+        import factstream
+        from factstream_order_log import log
+
+        @factstream.hookimpl
+        def on_rows(token):
+            log.append(("quick", token))
+    """
+    plugin_installer.from_source("order_log", "log = []\n")
+    plugin_installer.from_source("slow", order)
+    plugin_installer.from_source("quick", quick)
+    host = load_plugins()
+    callback = host.rows_callback(object())
+
+    for token in (1, 2):
+        await _deliver(callback, token)
+
+    import factstream_order_log
+
+    # pluggy's order: the plugin registered last (here "slow", loaded in name order) is called first.
+    assert factstream_order_log.log == [
+        ("slow", "start", 1),
+        ("slow", "end", 1),
+        ("quick", 1),
+        ("slow", "start", 2),
+        ("slow", "end", 2),
+        ("quick", 2),
+    ]
+
+
+async def test_a_single_plugin_is_called_directly_and_still_named_when_it_fails(
+    plugin_installer: PluginInstaller, caplog
+):
+    plugin_installer.from_source("alpha", ROWS_LOG.format(name="alpha", body="raise KeyError('x')"))
+    host = load_plugins()
+    callback = host.rows_callback(object())
+
+    with caplog.at_level(logging.ERROR, logger="factstream.plugins"):
+        assert callback(_Stream(), "main", 7, ["r"]) is None
+
+    import factstream_alpha
+
+    assert factstream_alpha.seen == [("alpha", "notes", "main", 7, ["r"])]
+    assert [r.getMessage() for r in caplog.records] == ["plugin 'alpha' failed in hook on_rows: KeyError: 'x'"]

@@ -152,3 +152,21 @@ def test_a_bad_line_inside_a_run_is_refused_like_on_the_per_line_path() -> None:
 def test_huge_or_negative_tokens_fall_back_to_the_codec() -> None:
     lines = [b'RDATA s w1 -4 ["a",1]', b'RDATA s w1 0005 ["a",5]', b"RDATA s w1 " + b"9" * 30 + b' ["a",6]']
     assert asyncio.run(_deliver(lines, runs=True)) == asyncio.run(_deliver(lines, runs=False))
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["row"] * 8 + ["batch", "badrow", "spaced", "crlf", "ping"]), st.integers(0, 2)),
+        max_size=60,
+    )
+)
+@settings(max_examples=150, deadline=None)
+def test_chunks_of_one_stream_and_writer_only_deliver_what_single_lines_do(steps) -> None:
+    """Mostly uniform chunks (one writer, plain rows) take the one-pass path; anything odd falls back."""
+    token = 0
+    lines = []
+    for n, (kind, step) in enumerate(steps):
+        token += step
+        lines.append(_line(kind, "w1", token, n))
+
+    assert asyncio.run(_deliver(lines, runs=True)) == asyncio.run(_deliver(lines, runs=False))

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable
 from typing import Any
 
 from factstream.caches.invalidate import CACHES_STREAM
@@ -131,7 +130,7 @@ class Host:
         if invalidated:
             on_rows.append((self._invalidate_caches, invalidated))
         if self.plugins.has_impls("on_rows"):
-            on_rows.append(self._on_rows)
+            on_rows.append(self.plugins.rows_callback(self))
         on_position: list[PositionCallback] = []
         if self.sync.synced:
             # Wake-ups only for streams with a sync key: rows are remembered before the advance
@@ -146,7 +145,13 @@ class Host:
             max_backlog=settings.replication.max_backlog,
         )
         self.transport = make_transport(settings, self.handler)
-        self.streamer = ReplicationStreamer(self.instance_name, self.streams.values(), self.transport)
+        self.streamer = ReplicationStreamer(
+            self.instance_name,
+            self.streams.values(),
+            self.transport,
+            linger=settings.replication.linger_ms / 1000,
+            linger_rows=settings.replication.linger_rows,
+        )
         self.handler.on_replicate = lambda _conn: self.streamer.announce() if self.streamer else None
         self.transport.on_connected = self.streamer.announce
         await self.transport.start()
@@ -188,9 +193,6 @@ class Host:
 
     def _invalidate_caches(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> None:
         self.caches.apply_rows(stream.name, rows)
-
-    def _on_rows(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> Awaitable[None] | None:
-        return self.plugins.on_rows(self, stream.name, instance, token, rows)
 
     async def _check_retired(self) -> None:
         while True:

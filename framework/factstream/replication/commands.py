@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import chain, repeat
 from typing import Any, ClassVar, Final, Self, TypeVar
 
 import msgspec
@@ -199,6 +200,17 @@ def _msgspec_writes_like_python(value: Any) -> bool:
         if type(item) not in _PLAIN_SCALARS and not _msgspec_writes_like_python(item):
             return False
     return True
+
+
+_LIST_TYPES: Final = frozenset({list, tuple})
+
+
+def _plain_rows(rows: list[Any]) -> bool:
+    """:func:`_msgspec_writes_like_python` for a list of rows, with a C-level pass for the usual
+    shape (every row a list of plain scalars) before the general walk."""
+    if _LIST_TYPES.issuperset(map(type, rows)) and _PLAIN_SCALARS.issuperset(map(type, chain.from_iterable(rows))):
+        return True
+    return _msgspec_writes_like_python(rows)
 
 
 def encode_json(value: object) -> str:
@@ -384,7 +396,7 @@ def encode_rdata_run(stream_name: str, instance_name: str, tokens: list[int | No
         raise CommandEncodeError("RDATA: a command cannot contain a newline")
     if len(tokens) != len(rows):
         raise ValueError("encode_rdata_run: tokens and rows differ in length")
-    if _TOKEN_TYPES.issuperset(map(type, tokens)) and _msgspec_writes_like_python(rows):
+    if _TOKEN_TYPES.issuperset(map(type, tokens)) and _plain_rows(rows):
         try:
             texts = list(map(_msgspec_encode, rows))
         except UnicodeEncodeError:  # a lone surrogate: the row-by-row path escapes it
@@ -397,6 +409,8 @@ def encode_rdata_run(stream_name: str, instance_name: str, tokens: list[int | No
                 except UnicodeEncodeError:
                     pass  # the row-by-row path reports it
                 else:
+                    if None not in tokens:
+                        return list(map(b"%b%d %b\n".__mod__, zip(repeat(head), tokens, texts)))
                     batch = head + b"batch "
                     return [
                         batch + text + b"\n" if token is None else b"%b%d %b\n" % (head, token, text)

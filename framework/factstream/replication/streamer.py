@@ -46,12 +46,25 @@ class ReplicationStreamer:
     """Sends this process's streams (those it may write) to every peer of a transport."""
 
     def __init__(
-        self, instance_name: str, streams: Iterable[ReplicatedStream], outlet: Outlet, *, tick: float = 1.0
+        self,
+        instance_name: str,
+        streams: Iterable[ReplicatedStream],
+        outlet: Outlet,
+        *,
+        tick: float = 1.0,
+        linger: float = 0.0,
+        linger_rows: int = 50,
     ) -> None:
         self.instance_name = instance_name
         self.streams = [s for s in streams if s.id_gen.is_writer]
         self.attach(outlet)
         self.tick = tick
+        #: After a pass that sent at least ``linger_rows`` rows, wait ``linger`` seconds before the
+        #: next one: while a writer appends in bulk, rows then go out in fewer, larger sends (each
+        #: send wakes every reader). A pass sending fewer rows goes out at once, so a writer of
+        #: single facts sees no added latency.
+        self.linger = linger
+        self.linger_rows = linger_rows
         self._wake = asyncio.Event()
         self._announce = False
         self._skipped = False
@@ -87,7 +100,10 @@ class ReplicationStreamer:
                     await self._wake.wait()
             self._wake.clear()
             try:
+                sent = self.rows_sent
                 await self.send_pending()
+                if self.linger and self.rows_sent - sent >= self.linger_rows:
+                    await asyncio.sleep(self.linger)
             except asyncio.CancelledError:
                 raise
             except Exception:
