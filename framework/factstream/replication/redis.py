@@ -7,9 +7,16 @@ connected, and a POSITION published before our subscription would be lost (the r
 ordering after losing positions). Each connection counts as a new link for the handler, so nothing
 is accepted on it before a POSITION, whose catch-up reads any gap from the database.
 
-Everything published comes back to us: the handler ignores RDATA and POSITION carrying our own
-instance name. Lines that do not parse are logged and skipped (there is no peer to answer). Publishes
-go out in order from one task, pipelined in batches, so the streamer never waits on Redis.
+Everything published comes back to us: our own RDATA and POSITION are recognised by their prefix and
+dropped before parsing. Lines that do not parse are logged and skipped (there is no peer to answer).
+Publishes go out in order from one task, pipelined in batches, so the streamer never waits on Redis;
+the same task counts the channel's subscribers (``PUBSUB NUMSUB``) once a second, which also checks
+the publishing connection. The subscribed connection sends ``PING`` after a quiet while and is
+dropped if even that gets no answer.
+
+Both connections speak RESP directly (:mod:`factstream.replication.resp`): messages arrive in
+batches, one per socket read, and consecutive RDATA lines of one stream and writer are handed to the
+handler as one run, as over TCP.
 """
 
 from __future__ import annotations
@@ -17,22 +24,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Callable
-
-from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from factstream.config import Settings
 from factstream.replication import commands as c
 from factstream.replication.handler import ProtocolError, ReplicationHandler
+from factstream.replication.resp import RedisAddress, RespConnection, RespError, pack
+from factstream.replication.runs import uniform_run
 
 log = logging.getLogger(__name__)
 
 HEALTH_CHECK_SECONDS = 5
 MAX_BACKOFF = 5.0
 PEER_CHECK_SECONDS = 1.0
+#: Messages published per pipeline.
+PUBLISH_BATCH = 1_000
+#: Messages waiting while Redis is unreachable before they are dropped; readers then catch up from
+#: the database, as the positions are announced again once publishing works.
+MAX_OUTBOX = 100_000
 
 
 class RedisLink:
@@ -52,39 +62,52 @@ class RedisTransport:
     def __init__(self, settings: Settings, handler: ReplicationHandler) -> None:
         assert settings.redis.url
         self.url = settings.redis.url
+        self.address = RedisAddress.from_url(settings.redis.url)
         self.channel = settings.deployment
+        self._channel = self.channel.encode("utf-8")
         self.handler = handler
+        self.max_line = settings.replication.max_line
         self.on_connected: Callable[[], None] | None = None
         self.link: RedisLink | None = None
         self._generation = 0
-        self._outbox: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
-        self._publisher: Redis | None = None
+        self._outbox: deque[tuple[bytes, bytes]] = deque()
+        self._outbox_ready = asyncio.Event()
+        self._dropped = False
         self._tasks: list[asyncio.Task[None]] = []
         self.connected = asyncio.Event()
         self.published = 0
         self._peers = True
-        # Our own RDATA and POSITION come back to us; recognised before parsing (third word).
-        self._own = settings.instance_name.encode("utf-8")
+        # Our own RDATA and POSITION come back to us: recognised by prefix, before any parsing.
+        own = settings.instance_name.encode("utf-8")
+        self._own = tuple(
+            b"%s %s %s " % (kind, name.encode("utf-8"), own)
+            for name in handler.streams
+            for kind in (b"RDATA", b"POSITION")
+        )
 
     async def start(self) -> None:
-        self._publisher = Redis.from_url(
-            self.url, health_check_interval=HEALTH_CHECK_SECONDS, socket_connect_timeout=5, retry_on_timeout=True
-        )
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._subscribe_loop(), name="repl-redis-sub"),
             loop.create_task(self._publish_loop(), name="repl-redis-pub"),
-            loop.create_task(self._watch_peers(), name="repl-redis-peers"),
         ]
 
     def send(self, command: c.Command) -> None:
-        self._outbox.put_nowait((command.redis_channel(self.channel), c.encode_line(command).rstrip(b"\n")))
+        self._queue([(command.redis_channel(self.channel).encode("utf-8"), c.encode_line(command)[:-1])])
 
     def send_lines(self, lines: list[bytes]) -> None:
         # RDATA lines, published one message per command as the reference does.
-        put = self._outbox.put_nowait
-        for line in lines:
-            put((self.channel, line.rstrip(b"\n")))
+        channel = self._channel
+        self._queue([(channel, line[:-1]) for line in lines])
+
+    def _queue(self, messages: list[tuple[bytes, bytes]]) -> None:
+        if len(self._outbox) + len(messages) > MAX_OUTBOX:
+            log.warning("Redis unreachable: dropping %d unpublished commands", len(self._outbox) + len(messages))
+            self._outbox.clear()
+            self._dropped = True
+            return
+        self._outbox.extend(messages)
+        self._outbox_ready.set()
 
     def has_peers(self) -> bool:
         """Whether anyone else is subscribed; with nobody listening the streamer skips its work.
@@ -94,49 +117,59 @@ class RedisTransport:
         """
         return self.link is not None and self._peers
 
-    async def _watch_peers(self) -> None:
-        """Count the channel's subscribers every second (``PUBSUB NUMSUB``); we are one of them."""
-        assert self._publisher is not None
-        while True:
-            try:
-                subscribed = self.link is not None  # then one of the subscribers is us
-                counts = await self._publisher.pubsub_numsub(self.channel)
-                self._peers = bool(counts) and int(counts[0][1]) > (1 if subscribed else 0)
-            except (RedisError, OSError):
-                self._peers = True  # unknown: keep sending
-            await asyncio.sleep(PEER_CHECK_SECONDS)
-
     async def _publish_loop(self) -> None:
-        assert self._publisher is not None
+        loop = asyncio.get_running_loop()
+        conn: RespConnection | None = None
         delay = 0.1
+        checked = 0.0
         while True:
-            first = await self._outbox.get()
-            batch = [first]
-            while not self._outbox.empty() and len(batch) < 1000:
-                batch.append(self._outbox.get_nowait())
-            while True:
-                try:
-                    async with self._publisher.pipeline(transaction=False) as pipe:
-                        for channel, line in batch:
-                            pipe.publish(channel, line)
-                        await pipe.execute()
-                    self.published += len(batch)
+            batch: list[tuple[bytes, bytes]] = []
+            try:
+                if conn is None:
+                    conn = await RespConnection.open(self.address)
                     delay = 0.1
-                    break
-                except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-                    # Not lost for readers: they catch up from the database after reconnecting.
-                    log.warning("cannot publish to Redis (%s); retrying in %.1fs", exc, delay)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, MAX_BACKOFF)
+                    checked = 0.0
+                    if self._dropped and self.on_connected is not None:
+                        self._dropped = False
+                        self.on_connected()  # announce positions again: readers catch up what was dropped
+                if not self._outbox:
+                    self._outbox_ready.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(max(0.0, checked + PEER_CHECK_SECONDS - loop.time())):
+                            await self._outbox_ready.wait()
+                outbox = self._outbox
+                if outbox:
+                    batch = [outbox.popleft() for _ in range(min(len(outbox), PUBLISH_BATCH))]
+                    await conn.publish(batch)
+                    self.published += len(batch)
+                    batch = []
+                if loop.time() >= checked + PEER_CHECK_SECONDS:
+                    checked = loop.time()
+                    subscribed = self.link is not None  # then one of the subscribers is us
+                    reply = await conn.command("PUBSUB", "NUMSUB", self._channel)
+                    self._peers = int(reply[1]) > (1 if subscribed else 0)
+            except asyncio.CancelledError:
+                raise
+            except (RespError, OSError, ValueError, IndexError) as exc:
+                # Not lost for readers: retried after reconnecting (and they catch up from the database).
+                self._outbox.extendleft(reversed(batch))
+                self._peers = True  # unknown: keep sending
+                log.warning("cannot publish to Redis at %s (%s); retrying in %.1fs", self.address, exc, delay)
+                if conn is not None:
+                    conn.close()
+                    conn = None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_BACKOFF)
 
     async def _subscribe_loop(self) -> None:
         delay = 0.1
         while True:
-            client = Redis.from_url(self.url, socket_connect_timeout=5, health_check_interval=HEALTH_CHECK_SECONDS)
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            conn: RespConnection | None = None
             link: RedisLink | None = None
             try:
-                await pubsub.subscribe(self.channel)
+                conn = await RespConnection.open(self.address)
+                conn.writer.write(pack("SUBSCRIBE", self._channel))
+                await conn.replies(1)  # ["subscribe", channel, count]
                 self._generation += 1
                 link = RedisLink(self, self._generation)
                 self.link = link
@@ -146,19 +179,22 @@ class RedisTransport:
                     self.on_connected()
                 self.connected.set()
                 delay = 0.1
+                quiet = 0
                 while True:
-                    message = await pubsub.get_message(timeout=HEALTH_CHECK_SECONDS)
-                    if message is None:
-                        await pubsub.ping()  # detects a dead link while the channel is quiet
+                    replies = await conn.available(timeout=HEALTH_CHECK_SECONDS)
+                    if not replies:
+                        quiet += 1
+                        if quiet > 1:
+                            raise RespError(f"Redis at {self.address} did not answer a PING")
+                        conn.writer.write(pack("PING"))  # detects a dead link while the channel is quiet
                         continue
-                    if message.get("type") != "message":
-                        continue
-                    self._handle(link, message["data"])
+                    quiet = 0
+                    self._receive(link, replies)
                     if not self.handler.has_capacity():
                         await self.handler.wait_for_capacity()  # Redis disconnects us if we lag too far
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError) as exc:
+            except (RespError, OSError) as exc:
                 log.warning("Redis subscription lost (%s); reconnecting in %.1fs", exc, delay)
             finally:
                 self.connected.clear()
@@ -166,18 +202,38 @@ class RedisTransport:
                     self.handler.lost_connection(link)
                     if self.link is link:
                         self.link = None
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
-                with contextlib.suppress(Exception):
-                    await client.aclose()
+                if conn is not None:
+                    conn.close()
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF)
 
+    def _receive(self, link: RedisLink, replies: list[object]) -> None:
+        """Handle one read's worth of messages, in order: own echoes dropped, RDATA in runs."""
+        own = self._own
+        lines = [
+            r[2] for r in replies if type(r) is list and len(r) == 3 and r[0] == b"message" and not r[2].startswith(own)
+        ]
+        start = 0
+        count = len(lines)
+        while start < count:
+            end = start
+            while end < count and lines[end][:6] == b"RDATA ":
+                end += 1
+            if end - start > 1:
+                run = uniform_run(lines[start:end], self.max_line)
+                if run is not None:
+                    try:
+                        self.handler.on_rdata_run(link, run)
+                    except ProtocolError as exc:
+                        log.warning("ignoring RDATA from %s: %s", run.instance_name, exc)
+                    start = end
+                    continue
+            end = max(end, start + 1)
+            for line in lines[start:end]:
+                self._handle(link, line)
+            start = end
+
     def _handle(self, link: RedisLink, data: bytes) -> None:
-        if data[:6] == b"RDATA " or data[:9] == b"POSITION ":
-            words = data.split(b" ", 3)
-            if len(words) > 2 and words[2] == self._own:
-                return  # our own publication, echoed back
         try:
             cmd = c.parse_command(data)
         except c.CommandParseError as exc:
@@ -196,6 +252,3 @@ class RedisTransport:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._publisher is not None:
-            with contextlib.suppress(Exception):
-                await self._publisher.aclose()

@@ -19,17 +19,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
-
-import msgspec
+from typing import Literal, Protocol
 
 from factstream.replication import commands as c
 from factstream.replication.handler import ProtocolError, RdataRun
+from factstream.replication.runs import decode_rows, uniform_run, utf8
 
 log = logging.getLogger(__name__)
 
@@ -259,8 +257,8 @@ class TcpConnection:
                 texts.append(words[4].rstrip(b"\r"))
                 end += 1
             run = lines[start:end]
-            rows = _decode_rows(texts, self.max_line) if run else None
-            names = _utf8(stream), _utf8(instance)
+            rows = decode_rows(texts, self.max_line) if run else None
+            names = utf8(stream), utf8(instance)
             if rows is None or names[0] is None or names[1] is None:
                 # Not a clean run: the per-line path parses (and, if need be, rejects) the first line.
                 if not self._receive_line(line):
@@ -276,36 +274,14 @@ class TcpConnection:
         return True
 
     def _receive_uniform_run(self, lines: list[bytes]) -> bool | None:
-        """A chunk of nothing but RDATA lines of one stream and writer, in one regular-expression pass.
-
-        That is what a busy link carries, and one C-level scan of the chunk replaces the per-line
-        splitting of :meth:`_receive_lines`. Returns ``None`` (nothing consumed) when the chunk is
-        anything else: another line, an over-long line, a carriage return, a token that is not a
-        plain integer or ``batch``, a row that is not valid JSON. The general path then handles it.
-        """
+        """A chunk of nothing but RDATA lines of one stream and writer (see :func:`uniform_run`), or
+        ``None`` (nothing consumed) when the chunk is anything else."""
         assert self.dispatch_run is not None
-        head = lines[0].split(b" ", 3)
-        if len(head) != 4:
+        run = uniform_run(lines, self.max_line)
+        if run is None:
             return None
-        prefix = b" ".join(head[:3]) + b" "
-        pattern = _RUN_PATTERNS.get(prefix)
-        if pattern is None:
-            if len(_RUN_PATTERNS) >= 1024:
-                _RUN_PATTERNS.clear()
-            pattern = _RUN_PATTERNS[prefix] = re.compile(b"^" + re.escape(prefix) + rb"(batch|\d{1,18}) (.*)$", re.M)
-        data = b"\n".join(lines)
-        if b"\r" in data or max(map(len, lines)) > self.max_line:
-            return None
-        found = pattern.findall(data)
-        stream, instance = _utf8(head[1]), _utf8(head[2])
-        if len(found) != len(lines) or stream is None or instance is None:
-            return None
-        rows = _decode_rows([text for _, text in found], self.max_line)
-        if rows is None:
-            return None
-        tokens: list[int | None] = [None if token == b"batch" else int(token) for token, _ in found]
         try:
-            self.dispatch_run(self, RdataRun(stream, instance, tokens, rows, lines))
+            self.dispatch_run(self, run)
         except ProtocolError as exc:
             self.close(str(exc))
             return False
@@ -374,32 +350,6 @@ class TcpConnection:
                 return
             if now - self._last_sent >= self.ping_interval:
                 self.send(c.PingCommand(str(int(time.time() * 1000))))
-
-
-def _decode_rows(texts: list[bytes], max_line: int) -> list[Any] | None:
-    """The JSON rows of a run decoded in one call, or ``None`` if any is not valid JSON (or too long)."""
-    if max(map(len, texts), default=0) > max_line:
-        return None
-    try:
-        rows: list[Any] = _decode_array(b"[" + b",".join(texts) + b"]")
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    if len(rows) != len(texts):
-        return None  # a row like `1,2` would split in two: let the per-line path refuse it
-    return rows
-
-
-_decode_array = msgspec.json.Decoder(list).decode
-
-#: Compiled patterns matching the RDATA lines of one ``b"RDATA <stream> <instance> "`` prefix.
-_RUN_PATTERNS: dict[bytes, re.Pattern[bytes]] = {}
-
-
-def _utf8(word: bytes) -> str | None:
-    try:
-        return word.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 @dataclass(frozen=True)

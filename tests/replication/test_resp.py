@@ -1,0 +1,104 @@
+"""The small RESP client of the Redis transport, against a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+
+import pytest
+
+from factstream.replication.resp import RedisAddress, RespConnection, RespError, pack, pack_publishes
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis://127.0.0.1:6379/0", RedisAddress("127.0.0.1", 6379)),
+        ("redis://h", RedisAddress("h", 6379)),
+        ("redis://user:p%40ss@h:7000/3", RedisAddress("h", 7000, db=3, username="user", password="p@ss")),
+        ("redis://:secret@h/2", RedisAddress("h", 6379, db=2, password="secret")),
+        ("rediss://cache.example:6380", RedisAddress("cache.example", 6380, tls=True)),
+        ("unix:///run/redis.sock?db=4", RedisAddress(path="/run/redis.sock", db=4)),
+    ],
+)
+def test_urls_are_read_like_redis_py_reads_them(url, expected):
+    assert RedisAddress.from_url(url) == expected
+
+
+@pytest.mark.parametrize("url", ["redis://h/notanumber", "http://h:6379", "redis://h:port"])
+def test_a_bad_url_is_refused_naming_it(url):
+    with pytest.raises(ValueError, match=r"Redis URL|must be a redis"):
+        RedisAddress.from_url(url)
+
+
+def test_commands_are_packed_as_arrays_of_bulk_strings():
+    assert pack("SET", b"k", 5) == b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\n5\r\n"
+    assert pack_publishes([(b"ch", b"a b"), (b"ch", b"")]) == (
+        b"*3\r\n$7\r\nPUBLISH\r\n$2\r\nch\r\n$3\r\na b\r\n*3\r\n$7\r\nPUBLISH\r\n$2\r\nch\r\n$0\r\n\r\n"
+    )
+
+
+@pytest.mark.redis
+async def test_commands_replies_and_errors(redis_url):
+    conn = await RespConnection.open(RedisAddress.from_url(redis_url))
+    try:
+        assert await conn.command("PING") == b"PONG"
+        key = f"fs-resp-{uuid.uuid4().hex}"
+        assert await conn.command("SET", key, "v\r\nwith a line break") == b"OK"
+        assert await conn.command("GET", key) == b"v\r\nwith a line break"
+        await conn.command("DEL", key)
+        with pytest.raises(RespError, match="unknown command"):
+            await conn.command("NOSUCHCOMMAND")
+        assert await conn.command("PING") == b"PONG"  # the connection is still in step after an error
+    finally:
+        await conn.aclose()
+
+
+@pytest.mark.redis
+async def test_pipelined_publishes_reach_a_subscriber_in_order_in_batches(redis_url):
+    address = RedisAddress.from_url(redis_url)
+    channel = f"fs-resp-{uuid.uuid4().hex}".encode()
+    sub = await RespConnection.open(address)
+    pub = await RespConnection.open(address)
+    try:
+        sub.writer.write(pack("SUBSCRIBE", channel))
+        assert (await sub.replies(1))[0] == [b"subscribe", channel, 1]
+        messages = [(channel, b"RDATA s main %d [%d]" % (i, i)) for i in range(5000)]
+        await pub.publish(messages)
+
+        received: list[bytes] = []
+        reads = 0
+        while len(received) < len(messages):
+            batch = await sub.available(timeout=5)
+            assert batch, "messages stopped arriving"
+            reads += 1
+            received += [m[2] for m in batch if m[0] == b"message"]
+        assert received == [m for _, m in messages]
+        assert reads < len(messages) / 10, "messages should arrive many per read"
+    finally:
+        await sub.aclose()
+        await pub.aclose()
+
+
+async def test_an_unreachable_redis_is_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once the socket is closed
+    with pytest.raises(RespError, match=f"cannot connect to Redis at 127.0.0.1:{port}"):
+        await RespConnection.open(RedisAddress("127.0.0.1", port), timeout=2)
+
+
+async def test_a_peer_that_never_answers_times_out():
+    async def silent(reader, writer):
+        await asyncio.sleep(10)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        conn = await RespConnection.open(RedisAddress("127.0.0.1", port))
+        with pytest.raises(RespError, match=r"did not answer within 0\.2s"):
+            await conn.command("PING", timeout=0.2)
+        conn.close()
+    finally:
+        server.close()
