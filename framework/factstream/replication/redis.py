@@ -26,6 +26,8 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
+from operator import itemgetter, methodcaller
+from typing import Any
 
 from factstream.config import Settings
 from factstream.replication import commands as c
@@ -43,6 +45,11 @@ PUBLISH_BATCH = 1_000
 #: Messages waiting while Redis is unreachable before they are dropped; readers then catch up from
 #: the database, as the positions are announced again once publishing works.
 MAX_OUTBOX = 100_000
+
+
+_kind = itemgetter(0)
+_data = itemgetter(2)
+_MESSAGE = frozenset({b"message"})
 
 
 class RedisLink:
@@ -70,7 +77,9 @@ class RedisTransport:
         self.on_connected: Callable[[], None] | None = None
         self.link: RedisLink | None = None
         self._generation = 0
-        self._outbox: deque[tuple[bytes, bytes]] = deque()
+        #: ``(channel, messages)`` waiting to be published, in order; ``_waiting`` counts the messages.
+        self._outbox: deque[tuple[bytes, list[bytes]]] = deque()
+        self._waiting = 0
         self._outbox_ready = asyncio.Event()
         self._dropped = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -93,20 +102,21 @@ class RedisTransport:
         ]
 
     def send(self, command: c.Command) -> None:
-        self._queue([(command.redis_channel(self.channel).encode("utf-8"), c.encode_line(command)[:-1])])
+        self._queue(command.redis_channel(self.channel).encode("utf-8"), [c.encode_line(command)[:-1]])
 
     def send_lines(self, lines: list[bytes]) -> None:
         # RDATA lines, published one message per command as the reference does.
-        channel = self._channel
-        self._queue([(channel, line[:-1]) for line in lines])
+        self._queue(self._channel, [line[:-1] for line in lines])
 
-    def _queue(self, messages: list[tuple[bytes, bytes]]) -> None:
-        if len(self._outbox) + len(messages) > MAX_OUTBOX:
-            log.warning("Redis unreachable: dropping %d unpublished commands", len(self._outbox) + len(messages))
+    def _queue(self, channel: bytes, messages: list[bytes]) -> None:
+        if self._waiting + len(messages) > MAX_OUTBOX:
+            log.warning("Redis unreachable: dropping %d unpublished commands", self._waiting + len(messages))
             self._outbox.clear()
+            self._waiting = 0
             self._dropped = True
             return
-        self._outbox.extend(messages)
+        self._outbox.append((channel, messages))
+        self._waiting += len(messages)
         self._outbox_ready.set()
 
     def has_peers(self) -> bool:
@@ -123,7 +133,7 @@ class RedisTransport:
         delay = 0.1
         checked = 0.0
         while True:
-            batch: list[tuple[bytes, bytes]] = []
+            batch: list[tuple[bytes, list[bytes]]] = []
             try:
                 if conn is None:
                     conn = await RespConnection.open(self.address)
@@ -139,9 +149,13 @@ class RedisTransport:
                             await self._outbox_ready.wait()
                 outbox = self._outbox
                 if outbox:
-                    batch = [outbox.popleft() for _ in range(min(len(outbox), PUBLISH_BATCH))]
+                    size = 0
+                    while outbox and size < PUBLISH_BATCH:
+                        batch.append(outbox.popleft())
+                        size += len(batch[-1][1])
+                    self._waiting -= size
                     await conn.publish(batch)
-                    self.published += len(batch)
+                    self.published += size
                     batch = []
                 if loop.time() >= checked + PEER_CHECK_SECONDS:
                     checked = loop.time()
@@ -153,6 +167,7 @@ class RedisTransport:
             except (RespError, OSError, ValueError, IndexError) as exc:
                 # Not lost for readers: retried after reconnecting (and they catch up from the database).
                 self._outbox.extendleft(reversed(batch))
+                self._waiting += sum(len(texts) for _, texts in batch)
                 self._peers = True  # unknown: keep sending
                 log.warning("cannot publish to Redis at %s (%s); retrying in %.1fs", self.address, exc, delay)
                 if conn is not None:
@@ -207,12 +222,25 @@ class RedisTransport:
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF)
 
-    def _receive(self, link: RedisLink, replies: list[object]) -> None:
+    def _receive(self, link: RedisLink, replies: list[Any]) -> None:
         """Handle one read's worth of messages, in order: own echoes dropped, RDATA in runs."""
         own = self._own
-        lines = [
-            r[2] for r in replies if type(r) is list and len(r) == 3 and r[0] == b"message" and not r[2].startswith(own)
-        ]
+        try:
+            plain = _MESSAGE.issuperset(map(_kind, replies))  # every reply of a subscriber is a list
+        except (TypeError, IndexError, KeyError):
+            plain = False
+        if plain:
+            # The usual read, messages only. A writer mostly receives its own echoes: all dropped here.
+            datas: list[bytes] = list(map(_data, replies))
+            if all(map(methodcaller("startswith", own), datas)):
+                return
+            lines = [d for d in datas if not d.startswith(own)]
+        else:
+            lines = [
+                r[2]
+                for r in replies
+                if type(r) is list and len(r) == 3 and r[0] == b"message" and not r[2].startswith(own)
+            ]
         start = 0
         count = len(lines)
         while start < count:

@@ -81,10 +81,14 @@ def pack(*args: bytes | str | int) -> bytes:
     return b"".join(out)
 
 
-def pack_publishes(messages: list[tuple[bytes, bytes]]) -> bytes:
-    """``PUBLISH channel message`` for every pair, in order, as one buffer."""
-    template = b"*3\r\n$7\r\nPUBLISH\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n"
-    return b"".join([template % (len(ch), ch, len(msg), msg) for ch, msg in messages])
+def pack_publishes(messages: list[tuple[bytes, list[bytes]]]) -> bytes:
+    """``PUBLISH channel message`` for every message of every ``(channel, messages)`` pair, in order."""
+    out = []
+    for channel, texts in messages:
+        head = b"*3\r\n$7\r\nPUBLISH\r\n$%d\r\n%b\r\n$" % (len(channel), channel)
+        out.append(head)
+        out.append(head.join(map(b"%d\r\n%b\r\n".__mod__, zip(map(len, texts), texts, strict=True))))
+    return b"".join(out)
 
 
 class RespConnection:
@@ -130,10 +134,36 @@ class RespConnection:
         self.writer.write(pack(*args))
         return (await self.replies(1, timeout=timeout))[0]
 
-    async def publish(self, messages: list[tuple[bytes, bytes]], *, timeout: float = 5.0) -> None:
-        """Publish the messages in order, pipelined: one write, then every reply."""
+    async def publish(self, messages: list[tuple[bytes, list[bytes]]], *, timeout: float = 5.0) -> None:
+        """Publish the messages in order, pipelined: one write, then every reply.
+
+        Each ``PUBLISH`` is answered with one line, ``:<subscribers>``: the replies are counted
+        rather than parsed one by one, and anything else (an error) raises :class:`RespError`.
+        """
+        n = sum(len(texts) for _, texts in messages)
+        if not n:
+            return
         self.writer.write(pack_publishes(messages))
-        await self.replies(len(messages), timeout=timeout)
+        if self._replies or self.parser.has_data():
+            await self.replies(n, timeout=timeout)  # replies of earlier commands are pending
+            return
+        received = bytearray()
+        try:
+            async with asyncio.timeout(timeout):
+                await self.writer.drain()
+                while received.count(b"\n") < n:
+                    try:
+                        data = await self.reader.read(READ_CHUNK)
+                    except OSError as exc:
+                        raise RespError(f"the connection to Redis at {self.address} broke: {exc}") from None
+                    if not data:
+                        raise RespError(f"Redis at {self.address} closed the connection")
+                    received += data
+        except TimeoutError:
+            raise RespError(f"Redis at {self.address} did not answer within {timeout:g}s") from None
+        if received[:1] != b":" or received.count(b"\n:") != n - 1 or received.count(b"\n") != n:
+            odd = next((line for line in bytes(received).split(b"\r\n") if line[:1] != b":"), b"")
+            raise RespError(f"Redis at {self.address} answered a PUBLISH with {odd[:200]!r}")
 
     async def replies(self, n: int, *, timeout: float | None = 5.0) -> list[Any]:
         """The next ``n`` replies (reading as needed); an error reply raises :class:`RespError`."""
