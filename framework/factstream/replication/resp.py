@@ -152,13 +152,7 @@ class RespConnection:
             async with asyncio.timeout(timeout):
                 await self.writer.drain()
                 while received.count(b"\n") < n:
-                    try:
-                        data = await self.reader.read(READ_CHUNK)
-                    except OSError as exc:
-                        raise RespError(f"the connection to Redis at {self.address} broke: {exc}") from None
-                    if not data:
-                        raise RespError(f"Redis at {self.address} closed the connection")
-                    received += data
+                    received += await self._recv()
         except TimeoutError:
             raise RespError(f"Redis at {self.address} did not answer within {timeout:g}s") from None
         if received[:1] != b":" or received.count(b"\n:") != n - 1 or received.count(b"\n") != n:
@@ -196,14 +190,18 @@ class RespConnection:
         got, self._replies = self._replies, []
         return got
 
-    async def _read(self) -> None:
+    async def _recv(self) -> bytes:
+        """The next bytes from Redis (never empty)."""
         try:
             data = await self.reader.read(READ_CHUNK)
         except OSError as exc:
             raise RespError(f"the connection to Redis at {self.address} broke: {exc}") from None
         if not data:
             raise RespError(f"Redis at {self.address} closed the connection")
-        self.parser.feed(data)
+        return data
+
+    async def _read(self) -> None:
+        self.parser.feed(await self._recv())
         gets = self.parser.gets
         append = self._replies.append
         try:
