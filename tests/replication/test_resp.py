@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from factstream.replication.resp import RedisAddress, RespConnection, RespError, pack, pack_publishes
+from factstream.replication.resp import RedisAddress, RespClient, RespError, pack, pack_publishes
 
 
 @pytest.mark.parametrize(
@@ -41,7 +41,7 @@ def test_commands_are_packed_as_arrays_of_bulk_strings():
 
 @pytest.mark.redis
 async def test_commands_replies_and_errors(redis_url):
-    conn = await RespConnection.open(RedisAddress.from_url(redis_url))
+    conn = await RespClient.open(RedisAddress.from_url(redis_url))
     try:
         assert await conn.command("PING") == b"PONG"
         key = f"fs-resp-{uuid.uuid4().hex}"
@@ -51,11 +51,10 @@ async def test_commands_replies_and_errors(redis_url):
         with pytest.raises(RespError, match="unknown command"):
             await conn.command("NOSUCHCOMMAND")
         assert await conn.command("PING") == b"PONG"  # the connection is still in step after an error
-        await conn.publish([(b"fs-resp-nobody", [b"a", b"b"])])  # replies counted, not parsed
-        assert await conn.command("PING") == b"PONG"
-        await conn.command("MULTI")  # inside MULTI a PUBLISH answers QUEUED: not what publish expects
-        with pytest.raises(RespError):
-            await conn.publish([(b"fs-resp-nobody", [b"a"])], timeout=1)
+        conn.publish([(b"fs-resp-nobody", [b"a", b"b"])])  # answered in the background
+        assert conn.unacknowledged == 2
+        assert await conn.command("PING") == b"PONG"  # replies come in order: the publishes first
+        assert conn.unacknowledged == 0
     finally:
         await conn.aclose()
 
@@ -64,26 +63,49 @@ async def test_commands_replies_and_errors(redis_url):
 async def test_pipelined_publishes_reach_a_subscriber_in_order_in_batches(redis_url):
     address = RedisAddress.from_url(redis_url)
     channel = f"fs-resp-{uuid.uuid4().hex}".encode()
-    sub = await RespConnection.open(address)
-    pub = await RespConnection.open(address)
+    reads: list[list[bytes]] = []
+    sub = await RespClient.open(address)
+    pub = await RespClient.open(address)
     try:
-        sub.writer.write(pack("SUBSCRIBE", channel))
-        assert (await sub.replies(1))[0] == [b"subscribe", channel, 1]
-        messages = [(channel, b"RDATA s main %d [%d]" % (i, i)) for i in range(5000)]
-        await pub.publish([(channel, [m for _, m in messages[:10]]), (channel, [m for _, m in messages[10:]])])
+        await sub.subscribe(channel, lambda messages: reads.append([m[2] for m in messages]))
+        messages = [b"RDATA s main %d [%d]" % (i, i) for i in range(5000)]
+        pub.publish([(channel, messages[:10]), (channel, messages[10:])])
 
-        received: list[bytes] = []
-        reads = 0
-        while len(received) < len(messages):
-            batch = await sub.available(timeout=5)
-            assert batch, "messages stopped arriving"
-            reads += 1
-            received += [m[2] for m in batch if m[0] == b"message"]
-        assert received == [m for _, m in messages]
-        assert reads < len(messages) / 10, "messages should arrive many per read"
+        async def all_arrived() -> None:
+            while sum(map(len, reads)) < len(messages):
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(all_arrived(), 10)
+        assert [m for read in reads for m in read] == messages
+        assert len(reads) < len(messages) / 10, "messages should arrive many per read"
+        assert pub.unacknowledged == 0
     finally:
         await sub.aclose()
         await pub.aclose()
+
+
+@pytest.mark.redis
+async def test_a_killed_connection_fails_what_waits_and_keeps_unanswered_publishes(redis_url):
+    address = RedisAddress.from_url(redis_url)
+    victim = await RespClient.open(address)
+    lost: list[Exception] = []
+    victim.on_lost = lost.append
+    victim_id = await victim.command("CLIENT", "ID")
+    killer = await RespClient.open(address)
+    try:
+        waiting = asyncio.ensure_future(victim.command("BLPOP", f"fs-resp-{uuid.uuid4().hex}", 0, timeout=10))
+        await asyncio.sleep(0.05)
+        victim.publish([(b"fs-resp-nobody", [b"x"])])  # queued behind the blocked command
+        assert await killer.command("CLIENT", "KILL", "ID", victim_id) == 1
+        with pytest.raises(RespError, match="lost"):
+            await waiting
+        assert lost and victim.lost is not None
+        assert victim.unacknowledged_batches() == [(b"fs-resp-nobody", [b"x"])]
+        with pytest.raises(RespError):
+            await victim.command("PING")
+    finally:
+        await killer.aclose()
+        victim.close()
 
 
 async def test_an_unreachable_redis_is_a_clear_error():
@@ -91,7 +113,7 @@ async def test_an_unreachable_redis_is_a_clear_error():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens here once the socket is closed
     with pytest.raises(RespError, match=f"cannot connect to Redis at 127.0.0.1:{port}"):
-        await RespConnection.open(RedisAddress("127.0.0.1", port), timeout=2)
+        await RespClient.open(RedisAddress("127.0.0.1", port), timeout=2)
 
 
 async def test_a_peer_that_never_answers_times_out():
@@ -101,7 +123,7 @@ async def test_a_peer_that_never_answers_times_out():
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        conn = await RespConnection.open(RedisAddress("127.0.0.1", port))
+        conn = await RespClient.open(RedisAddress("127.0.0.1", port))
         with pytest.raises(RespError, match=r"did not answer within 0\.2s"):
             await conn.command("PING", timeout=0.2)
         conn.close()

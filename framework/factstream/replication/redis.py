@@ -14,15 +14,19 @@ the same task counts the channel's subscribers (``PUBSUB NUMSUB``) once a second
 the publishing connection. The subscribed connection sends ``PING`` after a quiet while and is
 dropped if even that gets no answer.
 
-Both connections speak RESP directly (:mod:`factstream.replication.resp`): messages arrive in
-batches, one per socket read, and consecutive RDATA lines of one stream and writer are handed to the
-handler as one run, as over TCP.
+Both connections speak RESP directly (:mod:`factstream.replication.resp`). Lines are published as
+they are sent, written straight to the socket, with the replies counted as they come back; a
+pipeline not yet answered when the connection breaks is published again after reconnecting (a
+reader drops what it has seen). Received messages are handled in the event loop's read callback, a
+socket read at a time: consecutive RDATA lines of one stream and writer go to the handler as one run,
+as over TCP.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -32,7 +36,7 @@ from typing import Any
 from factstream.config import Settings
 from factstream.replication import commands as c
 from factstream.replication.handler import ProtocolError, ReplicationHandler
-from factstream.replication.resp import RedisAddress, RespConnection, RespError, pack
+from factstream.replication.resp import RedisAddress, RespClient, RespError
 from factstream.replication.runs import uniform_run
 
 log = logging.getLogger(__name__)
@@ -40,16 +44,14 @@ log = logging.getLogger(__name__)
 HEALTH_CHECK_SECONDS = 5
 MAX_BACKOFF = 5.0
 PEER_CHECK_SECONDS = 1.0
-#: Messages published per pipeline.
-PUBLISH_BATCH = 1_000
+#: Bytes waiting in the publishing socket's buffer beyond which new messages queue instead.
+WRITE_BUFFER_LIMIT = 1024 * 1024
 #: Messages waiting while Redis is unreachable before they are dropped; readers then catch up from
 #: the database, as the positions are announced again once publishing works.
 MAX_OUTBOX = 100_000
 
 
-_kind = itemgetter(0)
 _data = itemgetter(2)
-_MESSAGE = frozenset({b"message"})
 
 
 class RedisLink:
@@ -77,12 +79,14 @@ class RedisTransport:
         self.on_connected: Callable[[], None] | None = None
         self.link: RedisLink | None = None
         self._generation = 0
-        #: ``(channel, messages)`` waiting to be published, in order; ``_waiting`` counts the messages.
+        self._publisher: RespClient | None = None
+        #: ``(channel, messages)`` not yet written (no connection, or a full socket), in order.
         self._outbox: deque[tuple[bytes, list[bytes]]] = deque()
         self._waiting = 0
         self._outbox_ready = asyncio.Event()
         self._dropped = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._resuming: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
         self.published = 0
         self._peers = True
@@ -101,14 +105,26 @@ class RedisTransport:
             loop.create_task(self._publish_loop(), name="repl-redis-pub"),
         ]
 
+    # -- publishing ----------------------------------------------------------------------------------
+
     def send(self, command: c.Command) -> None:
-        self._queue(command.redis_channel(self.channel).encode("utf-8"), [c.encode_line(command)[:-1]])
+        self._publish(command.redis_channel(self.channel).encode("utf-8"), [c.encode_line(command)[:-1]])
 
     def send_lines(self, lines: list[bytes]) -> None:
         # RDATA lines, published one message per command as the reference does.
-        self._queue(self._channel, [line[:-1] for line in lines])
+        self._publish(self._channel, [line[:-1] for line in lines])
 
-    def _queue(self, channel: bytes, messages: list[bytes]) -> None:
+    def _publish(self, channel: bytes, messages: list[bytes]) -> None:
+        publisher = self._publisher
+        if (
+            not self._outbox
+            and publisher is not None
+            and publisher.lost is None
+            and publisher.write_buffer_size() < WRITE_BUFFER_LIMIT
+        ):
+            publisher.publish([(channel, messages)])  # written now; replies are counted as they come
+            self.published += len(messages)
+            return
         if self._waiting + len(messages) > MAX_OUTBOX:
             log.warning("Redis unreachable: dropping %d unpublished commands", self._waiting + len(messages))
             self._outbox.clear()
@@ -128,85 +144,93 @@ class RedisTransport:
         return self.link is not None and self._peers
 
     async def _publish_loop(self) -> None:
+        """Keep the publishing connection up, drain what queued, count the subscribers every second."""
         loop = asyncio.get_running_loop()
-        conn: RespConnection | None = None
         delay = 0.1
-        checked = 0.0
         while True:
-            batch: list[tuple[bytes, list[bytes]]] = []
+            publisher = self._publisher
             try:
-                if conn is None:
-                    conn = await RespConnection.open(self.address)
+                if publisher is None or publisher.lost is not None:
+                    resend = publisher.unacknowledged_batches() if publisher is not None else []
+                    self._publisher = None
+                    publisher = await RespClient.open(self.address)
+                    if resend:
+                        publisher.publish(resend)  # not answered before the break: again (readers drop repeats)
+                    self._publisher = publisher
                     delay = 0.1
-                    checked = 0.0
                     if self._dropped and self.on_connected is not None:
                         self._dropped = False
                         self.on_connected()  # announce positions again: readers catch up what was dropped
-                if not self._outbox:
+                checked = loop.time()
+                subscribed = self.link is not None  # then one of the subscribers is us
+                reply = await publisher.command("PUBSUB", "NUMSUB", self._channel)
+                self._peers = int(reply[1]) > (1 if subscribed else 0)
+                while publisher.lost is None:
+                    outbox = self._outbox
+                    while outbox and publisher.write_buffer_size() < WRITE_BUFFER_LIMIT:
+                        channel, messages = outbox.popleft()
+                        self._waiting -= len(messages)
+                        publisher.publish([(channel, messages)])
+                        self.published += len(messages)
+                    if outbox:
+                        await publisher.writable.wait()
+                        continue
                     self._outbox_ready.clear()
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(max(0.0, checked + PEER_CHECK_SECONDS - loop.time())):
                             await self._outbox_ready.wait()
-                outbox = self._outbox
-                if outbox:
-                    size = 0
-                    while outbox and size < PUBLISH_BATCH:
-                        batch.append(outbox.popleft())
-                        size += len(batch[-1][1])
-                    self._waiting -= size
-                    await conn.publish(batch)
-                    self.published += size
-                    batch = []
-                if loop.time() >= checked + PEER_CHECK_SECONDS:
-                    checked = loop.time()
-                    subscribed = self.link is not None  # then one of the subscribers is us
-                    reply = await conn.command("PUBSUB", "NUMSUB", self._channel)
-                    self._peers = int(reply[1]) > (1 if subscribed else 0)
+                    if loop.time() >= checked + PEER_CHECK_SECONDS:
+                        break  # time to count the subscribers again (which also checks the connection)
             except asyncio.CancelledError:
                 raise
-            except (RespError, OSError, ValueError, IndexError) as exc:
-                # Not lost for readers: retried after reconnecting (and they catch up from the database).
-                self._outbox.extendleft(reversed(batch))
-                self._waiting += sum(len(texts) for _, texts in batch)
+            except (RespError, OSError, ValueError, IndexError, TypeError) as exc:
+                # Not lost for readers: republished after reconnecting (and they catch up from the database).
                 self._peers = True  # unknown: keep sending
                 log.warning("cannot publish to Redis at %s (%s); retrying in %.1fs", self.address, exc, delay)
-                if conn is not None:
-                    conn.close()
-                    conn = None
+                if publisher is not None:
+                    publisher.close()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_BACKOFF)
 
+    # -- subscribing ---------------------------------------------------------------------------------
+
     async def _subscribe_loop(self) -> None:
         delay = 0.1
+        loop = asyncio.get_running_loop()
         while True:
-            conn: RespConnection | None = None
+            client: RespClient | None = None
             link: RedisLink | None = None
             try:
-                conn = await RespConnection.open(self.address)
-                conn.writer.write(pack("SUBSCRIBE", self._channel))
-                await conn.replies(1)  # ["subscribe", channel, count]
+                client = await RespClient.open(self.address)
+                lost = asyncio.Event()
+                client.on_lost = lambda _exc, lost=lost: lost.set()
                 self._generation += 1
                 link = RedisLink(self, self._generation)
-                self.link = link
+                # Known to the handler before the first message can arrive; nothing on it is accepted
+                # before a POSITION, whose catch-up reads any gap from the database.
                 self.handler.new_connection(link)
+                await client.subscribe(self._channel, functools.partial(self._receive, client, link))
+                self.link = link
                 self.send(c.ReplicateCommand())
                 if self.on_connected is not None:
                     self.on_connected()
                 self.connected.set()
                 delay = 0.1
-                quiet = 0
-                while True:
-                    replies = await conn.available(timeout=HEALTH_CHECK_SECONDS)
-                    if not replies:
-                        quiet += 1
-                        if quiet > 1:
-                            raise RespError(f"Redis at {self.address} did not answer a PING")
-                        conn.writer.write(pack("PING"))  # detects a dead link while the channel is quiet
-                        continue
-                    quiet = 0
-                    self._receive(link, replies)
-                    if not self.handler.has_capacity():
-                        await self.handler.wait_for_capacity()  # Redis disconnects us if we lag too far
+                pinged = False
+                while not lost.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(HEALTH_CHECK_SECONDS):
+                            await lost.wait()
+                    quiet = loop.time() - client.last_received
+                    if quiet < HEALTH_CHECK_SECONDS or self._resuming is not None:
+                        pinged = False
+                    elif not pinged:
+                        client.ping()  # detects a dead link while the channel is quiet
+                        pinged = True
+                    else:
+                        raise RespError(f"Redis at {self.address} did not answer a PING")
+                if client.lost is not None:
+                    raise client.lost
             except asyncio.CancelledError:
                 raise
             except (RespError, OSError) as exc:
@@ -217,30 +241,34 @@ class RedisTransport:
                     self.handler.lost_connection(link)
                     if self.link is link:
                         self.link = None
-                if conn is not None:
-                    conn.close()
+                if client is not None:
+                    client.close()
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF)
 
-    def _receive(self, link: RedisLink, replies: list[Any]) -> None:
-        """Handle one read's worth of messages, in order: own echoes dropped, RDATA in runs."""
-        own = self._own
+    def _receive(self, client: RespClient, link: RedisLink, replies: list[Any]) -> None:
+        """Handle one read's messages, in order: own echoes dropped, RDATA in runs."""
         try:
-            plain = _MESSAGE.issuperset(map(_kind, replies))  # every reply of a subscriber is a list
-        except (TypeError, IndexError, KeyError):
-            plain = False
-        if plain:
-            # The usual read, messages only. A writer mostly receives its own echoes: all dropped here.
-            datas: list[bytes] = list(map(_data, replies))
-            if all(map(methodcaller("startswith", own), datas)):
-                return
-            lines = [d for d in datas if not d.startswith(own)]
-        else:
-            lines = [
-                r[2]
-                for r in replies
-                if type(r) is list and len(r) == 3 and r[0] == b"message" and not r[2].startswith(own)
-            ]
+            self._dispatch(link, replies)
+        except Exception:
+            log.exception("failed to handle replication messages from Redis")
+        if not self.handler.has_capacity() and self._resuming is None:
+            client.pause_reading()  # Redis disconnects us if we lag too far: then we catch up
+            self._resuming = asyncio.get_running_loop().create_task(self._resume(client))
+
+    async def _resume(self, client: RespClient) -> None:
+        try:
+            await self.handler.wait_for_capacity()
+        finally:
+            self._resuming = None
+            client.resume_reading()
+
+    def _dispatch(self, link: RedisLink, replies: list[Any]) -> None:
+        own = self._own
+        datas: list[bytes] = list(map(_data, replies))
+        if all(map(methodcaller("startswith", own), datas)):
+            return  # a writer mostly receives its own echoes
+        lines = [d for d in datas if not d.startswith(own)]
         start = 0
         count = len(lines)
         while start < count:
@@ -280,3 +308,7 @@ class RedisTransport:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self._resuming is not None:
+            self._resuming.cancel()
+        if self._publisher is not None:
+            self._publisher.close()

@@ -1,27 +1,29 @@
-"""A small Redis client for replication's hot path: RESP2 over asyncio streams, parsed by hiredis.
+"""A small Redis client for replication's hot path: RESP2 on an asyncio protocol, parsed by hiredis.
 
 Replication publishes one message per command and every instance receives every message, its own
 included: tens of thousands a second. redis-py's asyncio client spends about 20 µs on each received
-pub/sub message and several on each pipelined ``PUBLISH`` (see docs/decisions.md); here a pipeline of
-``PUBLISH`` commands is packed into one buffer, and a socket read of messages is parsed by hiredis in
-one pass. Only what replication needs is implemented: connecting (TCP, TLS for ``rediss://``, Unix
-sockets, ``AUTH`` and ``SELECT`` from the URL), commands with replies, and a
-subscribed connection's message stream.
+pub/sub message and several on each pipelined ``PUBLISH`` (see docs/decisions.md). Here incoming
+bytes are parsed by hiredis as they arrive, in the event loop's own callback: replies resolve the
+commands waiting for them, in order, and a subscribed connection hands every read's messages to a
+callback at once, with no task switch. ``PUBLISH`` is written at once and its replies are counted
+as they come back, so a publisher never waits for Redis between two sends.
+
+Only what replication needs is implemented: connecting (TCP, TLS for ``rediss://``, Unix sockets,
+``AUTH`` and ``SELECT`` from the URL), commands with replies, pipelined publishing, and subscribing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
-
-#: Bytes read from the socket at a time.
-READ_CHUNK = 256 * 1024
 
 
 class RespError(Exception):
@@ -47,9 +49,9 @@ class RedisAddress:
         query = parse_qs(parts.query)
         username = unquote(parts.username) if parts.username else None
         password = unquote(parts.password) if parts.password is not None else None
-        db_text = query.get("db", [""])[0] or parts.path.lstrip("/")
-        if parts.scheme == "unix":
-            db_text = query.get("db", [""])[0]
+        db_text = query.get("db", [""])[0]
+        if parts.scheme != "unix":
+            db_text = db_text or parts.path.lstrip("/")
         try:
             db = int(db_text or 0)
             port = parts.port or 6379
@@ -91,134 +93,203 @@ def pack_publishes(messages: list[tuple[bytes, list[bytes]]]) -> bytes:
     return b"".join(out)
 
 
-class RespConnection:
-    """One connection to Redis. Not shared between tasks: replies come back in command order."""
+#: Messages of one read of a subscribed connection: ``[b"message", channel, data]`` lists, in order.
+MessageCallback = Callable[[list[Any]], None]
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: RedisAddress) -> None:
-        self.reader = reader
-        self.writer = writer
+
+class _Published:
+    """A pipeline of ``PUBLISH`` commands whose replies are still to come (kept for a resend)."""
+
+    __slots__ = ("batch", "left")
+
+    def __init__(self, batch: list[tuple[bytes, list[bytes]]], count: int) -> None:
+        self.batch = batch
+        self.left = count
+
+
+class RespClient(asyncio.Protocol):
+    """One connection to Redis.
+
+    Replies resolve waiting commands in the order they were sent. After :meth:`subscribe`, messages
+    go to ``on_message`` a read at a time; ``on_lost`` is called once when the connection ends.
+    """
+
+    def __init__(self, address: RedisAddress) -> None:
         self.address = address
         self.parser = hiredis.Reader()
-        self._replies: list[Any] = []
+        self.transport: asyncio.Transport | None = None
+        self.on_message: MessageCallback | None = None
+        self.on_lost: Callable[[Exception], None] | None = None
+        self.lost: Exception | None = None
+        self.last_received = 0.0
+        #: What each reply answers, in order: a future (one reply), ``None`` (a reply nobody awaits,
+        #: such as a subscriber's PONG) or a pipeline of publishes.
+        self._waiting: collections.deque[asyncio.Future[Any] | _Published | None] = collections.deque()
+        self._unacknowledged = 0
+        #: Set while the socket takes more data (asyncio's write flow control).
+        self.writable = asyncio.Event()
+        self.writable.set()
+
+    # -- connecting --------------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, address: RedisAddress, *, timeout: float = 5.0) -> RespConnection:
+    async def open(cls, address: RedisAddress, *, timeout: float = 5.0) -> RespClient:
         """Connect, authenticate and select the database; raises :class:`RespError` on failure."""
+        loop = asyncio.get_running_loop()
+        client = cls(address)
         try:
             async with asyncio.timeout(timeout):
                 if address.path is not None:
-                    reader, writer = await asyncio.open_unix_connection(address.path, limit=READ_CHUNK)
+                    await loop.create_unix_connection(lambda: client, address.path)
                 else:
                     context = ssl.create_default_context() if address.tls else None
-                    reader, writer = await asyncio.open_connection(
-                        address.host, address.port, ssl=context, limit=READ_CHUNK
-                    )
-                conn = cls(reader, writer, address)
-                try:
-                    if address.password is not None:
-                        user = [] if address.username is None else [address.username]
-                        await conn.command("AUTH", *user, address.password)
-                    if address.db:
-                        await conn.command("SELECT", address.db)
-                except BaseException:
-                    conn.close()
-                    raise
-                return conn
+                    await loop.create_connection(lambda: client, address.host, address.port, ssl=context)
+                if address.password is not None:
+                    user = [] if address.username is None else [address.username]
+                    await client.command("AUTH", *user, address.password)
+                if address.db:
+                    await client.command("SELECT", address.db)
         except TimeoutError:
+            client.close()
             raise RespError(f"connecting to Redis at {address} timed out after {timeout:g}s") from None
         except OSError as exc:
+            client.close()
             raise RespError(f"cannot connect to Redis at {address}: {exc}") from None
+        except RespError:
+            client.close()
+            raise
+        return client
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.last_received = asyncio.get_running_loop().time()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.lost is None:
+            self.lost = RespError(f"the connection to Redis at {self.address} was lost" + (f": {exc}" if exc else ""))
+        self.writable.set()  # nobody waits for a socket that is gone
+        kept: collections.deque[asyncio.Future[Any] | _Published | None] = collections.deque()
+        for item in self._waiting:
+            if isinstance(item, _Published):
+                kept.append(item)  # for unacknowledged_batches()
+            elif item is not None and not item.done():
+                item.set_exception(self.lost)
+        self._waiting = kept
+        if self.on_lost is not None:
+            self.on_lost(self.lost)
+
+    # -- sending -----------------------------------------------------------------------------------
+
+    def _write(self, data: bytes) -> None:
+        if self.lost is not None or self.transport is None:
+            raise self.lost or RespError(f"not connected to Redis at {self.address}")
+        self.transport.write(data)
 
     async def command(self, *args: bytes | str | int, timeout: float = 5.0) -> Any:
-        """Send one command and return its reply."""
-        self.writer.write(pack(*args))
-        return (await self.replies(1, timeout=timeout))[0]
-
-    async def publish(self, messages: list[tuple[bytes, list[bytes]]], *, timeout: float = 5.0) -> None:
-        """Publish the messages in order, pipelined: one write, then every reply.
-
-        Each ``PUBLISH`` is answered with one line, ``:<subscribers>``: the replies are counted
-        rather than parsed one by one, and anything else (an error) raises :class:`RespError`.
-        """
-        n = sum(len(texts) for _, texts in messages)
-        if not n:
-            return
-        self.writer.write(pack_publishes(messages))
-        if self._replies or self.parser.has_data():
-            await self.replies(n, timeout=timeout)  # replies of earlier commands are pending
-            return
-        received = bytearray()
+        """Send one command and return its reply; an error reply raises :class:`RespError`."""
+        self._write(pack(*args))
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting.append(future)
         try:
             async with asyncio.timeout(timeout):
-                await self.writer.drain()
-                while received.count(b"\n") < n:
-                    received += await self._recv()
+                reply = await future
         except TimeoutError:
+            self.close()
             raise RespError(f"Redis at {self.address} did not answer within {timeout:g}s") from None
-        if received[:1] != b":" or received.count(b"\n:") != n - 1 or received.count(b"\n") != n:
-            odd = next((line for line in bytes(received).split(b"\r\n") if line[:1] != b":"), b"")
-            raise RespError(f"Redis at {self.address} answered a PUBLISH with {odd[:200]!r}")
+        if isinstance(reply, hiredis.ReplyError):
+            raise RespError(f"Redis at {self.address} answered: {reply}")
+        return reply
 
-    async def replies(self, n: int, *, timeout: float | None = 5.0) -> list[Any]:
-        """The next ``n`` replies (reading as needed); an error reply raises :class:`RespError`."""
-        got = self._take(n)
-        try:
-            async with asyncio.timeout(timeout):
-                await self.writer.drain()
-                while len(got) < n:
-                    await self._read()
-                    got += self._take(n - len(got))
-        except TimeoutError:
-            raise RespError(f"Redis at {self.address} did not answer within {timeout:g}s") from None
-        for reply in got:
-            if isinstance(reply, hiredis.ReplyError):
-                raise RespError(f"Redis at {self.address} answered: {reply}")
-        return got
+    def publish(self, batch: list[tuple[bytes, list[bytes]]]) -> None:
+        """Write ``PUBLISH`` commands at once; their replies are counted as they arrive."""
+        count = sum(len(texts) for _, texts in batch)
+        if count:
+            self._write(pack_publishes(batch))
+            self._waiting.append(_Published(batch, count))
+            self._unacknowledged += count
 
-    async def available(self, *, timeout: float | None) -> list[Any]:
-        """Every complete reply or message received so far, waiting for at least one (a subscriber's read).
+    @property
+    def unacknowledged(self) -> int:
+        """``PUBLISH`` commands written and not yet answered."""
+        return self._unacknowledged
 
-        Returns an empty list after ``timeout`` seconds without any.
-        """
-        if not self._replies:
-            try:
-                async with asyncio.timeout(timeout):
-                    while not self._replies:
-                        await self._read()
-            except TimeoutError:
-                return []
-        got, self._replies = self._replies, []
-        return got
+    def unacknowledged_batches(self) -> list[tuple[bytes, list[bytes]]]:
+        """The pipelines not wholly answered yet (to publish again after a reconnection)."""
+        return [pair for item in self._waiting if isinstance(item, _Published) for pair in item.batch]
 
-    async def _recv(self) -> bytes:
-        """The next bytes from Redis (never empty)."""
-        try:
-            data = await self.reader.read(READ_CHUNK)
-        except OSError as exc:
-            raise RespError(f"the connection to Redis at {self.address} broke: {exc}") from None
-        if not data:
-            raise RespError(f"Redis at {self.address} closed the connection")
-        return data
+    def write_buffer_size(self) -> int:
+        return self.transport.get_write_buffer_size() if self.transport is not None else 0
 
-    async def _read(self) -> None:
-        self.parser.feed(await self._recv())
+    async def subscribe(self, channel: bytes, on_message: MessageCallback, *, timeout: float = 5.0) -> None:
+        """Subscribe to ``channel``; from then on every read's messages go to ``on_message``."""
+        self.on_message = on_message
+        await self.command("SUBSCRIBE", channel, timeout=timeout)
+
+    def ping(self) -> None:
+        """Send ``PING`` without waiting for the answer (which still counts as received data)."""
+        self._write(pack("PING"))
+        self._waiting.append(None)
+
+    # -- receiving ---------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        self.last_received = asyncio.get_running_loop().time()
+        self.parser.feed(data)
         gets = self.parser.gets
-        append = self._replies.append
+        waiting = self._waiting
+        messages: list[Any] = []
         try:
             while (reply := gets()) is not False:
-                append(reply)
-        except hiredis.ProtocolError as exc:
-            raise RespError(f"Redis at {self.address} sent something that is not RESP: {exc}") from None
+                if self.on_message is not None and type(reply) is list and len(reply) == 3 and reply[0] == b"message":
+                    messages.append(reply)
+                    continue
+                if not waiting:
+                    continue  # an answer to nothing we asked: ignore it
+                head = waiting[0]
+                if isinstance(head, _Published):
+                    self._unacknowledged -= 1
+                    head.left -= 1
+                    if head.left <= 0:
+                        waiting.popleft()
+                    if isinstance(reply, hiredis.ReplyError):
+                        raise RespError(f"Redis at {self.address} refused a PUBLISH: {reply}")
+                    continue
+                waiting.popleft()
+                if head is not None and not head.done():
+                    head.set_result(reply)
+        except (hiredis.ProtocolError, RespError) as exc:
+            self.close(exc)
+            return
+        finally:
+            if messages and self.on_message is not None:
+                self.on_message(messages)
 
-    def _take(self, n: int) -> list[Any]:
-        got, self._replies = self._replies[:n], self._replies[n:]
-        return got
+    def pause_writing(self) -> None:
+        self.writable.clear()
 
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+    def pause_reading(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    # -- closing -----------------------------------------------------------------------------------
+
+    def close(self, reason: Exception | None = None) -> None:
+        """Close the connection (``connection_lost`` follows, failing whatever still waits)."""
+        if self.transport is not None:
+            if reason is not None and self.lost is None:
+                self.lost = RespError(str(reason))
+            with contextlib.suppress(Exception):
+                self.transport.close()
 
     async def aclose(self) -> None:
         self.close()
         with contextlib.suppress(Exception):
-            await self.writer.wait_closed()
+            await asyncio.sleep(0)
