@@ -154,6 +154,7 @@ class Host:
         )
         self.handler.on_replicate = lambda _conn: self.streamer.announce() if self.streamer else None
         self.transport.on_connected = self.streamer.announce
+        self.transport.on_gap = self.streamer.mark_gap
         await self.transport.start()
         self.streamer.start()
         self.sync.start()
@@ -221,6 +222,7 @@ class Host:
             await self.disconnect_replication()
         transport = make_transport(self.settings, self.handler)
         transport.on_connected = self.streamer.announce
+        transport.on_gap = self.streamer.mark_gap
         self.streamer.attach(transport)
         self.transport = transport
         await transport.start()

@@ -46,8 +46,9 @@ MAX_BACKOFF = 5.0
 PEER_CHECK_SECONDS = 1.0
 #: Bytes waiting in the publishing socket's buffer beyond which new messages queue instead.
 WRITE_BUFFER_LIMIT = 1024 * 1024
-#: Messages waiting while Redis is unreachable before they are dropped; readers then catch up from
-#: the database, as the positions are announced again once publishing works.
+#: Messages waiting while Redis is unreachable before they are dropped. From then on everything is
+#: dropped until publishing works again, and then the streamer's positions go out before anything
+#: else, so readers see the gap and catch up from the database (see ``on_gap``).
 MAX_OUTBOX = 100_000
 
 
@@ -77,6 +78,9 @@ class RedisTransport:
         self.handler = handler
         self.max_line = settings.replication.max_line
         self.on_connected: Callable[[], None] | None = None
+        #: Called once publishing works again after commands were dropped: it must publish, before
+        #: anything else, a POSITION for every stream this process writes (the streamer's mark_gap).
+        self.on_gap: Callable[[], None] | None = None
         self.link: RedisLink | None = None
         self._generation = 0
         self._publisher: RespClient | None = None
@@ -84,7 +88,7 @@ class RedisTransport:
         self._outbox: deque[tuple[bytes, list[bytes]]] = deque()
         self._waiting = 0
         self._outbox_ready = asyncio.Event()
-        self._dropped = False
+        self._gap = False  # commands were dropped: drop everything until publishing works again
         self._tasks: list[asyncio.Task[None]] = []
         self._resuming: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
@@ -115,6 +119,8 @@ class RedisTransport:
         self._publish(self._channel, [line[:-1] for line in lines])
 
     def _publish(self, channel: bytes, messages: list[bytes]) -> None:
+        if self._gap:
+            return  # nothing may go out before the positions that make readers catch up
         publisher = self._publisher
         if (
             not self._outbox
@@ -126,10 +132,13 @@ class RedisTransport:
             self.published += len(messages)
             return
         if self._waiting + len(messages) > MAX_OUTBOX:
-            log.warning("Redis unreachable: dropping %d unpublished commands", self._waiting + len(messages))
+            log.warning(
+                "Redis unreachable: dropping %d unpublished commands (readers will catch up from the database)",
+                self._waiting + len(messages),
+            )
             self._outbox.clear()
             self._waiting = 0
-            self._dropped = True
+            self._gap = True
             return
         self._outbox.append((channel, messages))
         self._waiting += len(messages)
@@ -158,9 +167,10 @@ class RedisTransport:
                         publisher.publish(resend)  # not answered before the break: again (readers drop repeats)
                     self._publisher = publisher
                     delay = 0.1
-                    if self._dropped and self.on_connected is not None:
-                        self._dropped = False
-                        self.on_connected()  # announce positions again: readers catch up what was dropped
+                    if self._gap:
+                        self._gap = False
+                        if self.on_gap is not None:
+                            self.on_gap()  # positions first: readers catch up what was dropped
                 checked = loop.time()
                 subscribed = self.link is not None  # then one of the subscribers is us
                 reply = await publisher.command("PUBSUB", "NUMSUB", self._channel)
@@ -216,19 +226,17 @@ class RedisTransport:
                     self.on_connected()
                 self.connected.set()
                 delay = 0.1
-                pinged = False
+                pinged: float | None = None  # when we sent a PING that is not answered yet
                 while not lost.is_set():
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(HEALTH_CHECK_SECONDS):
                             await lost.wait()
-                    quiet = loop.time() - client.last_received
-                    if quiet < HEALTH_CHECK_SECONDS or self._resuming is not None:
-                        pinged = False
-                    elif not pinged:
-                        client.ping()  # detects a dead link while the channel is quiet
-                        pinged = True
-                    else:
+                    if pinged is not None and client.last_received < pinged and self._resuming is None:
                         raise RespError(f"Redis at {self.address} did not answer a PING")
+                    pinged = None
+                    if loop.time() - client.last_received >= HEALTH_CHECK_SECONDS and self._resuming is None:
+                        client.ping()  # detects a dead link while the channel is quiet
+                        pinged = loop.time()
                 if client.lost is not None:
                     raise client.lost
             except asyncio.CancelledError:

@@ -86,6 +86,15 @@ class ReplicationStreamer:
     def poke(self) -> None:
         self._wake.set()
 
+    def mark_gap(self) -> None:
+        """Commands this streamer sent were lost: send every stream's ``POSITION t t`` now.
+
+        Called by a transport before it sends anything else; a reader behind ``t`` then catches up
+        from the database instead of accepting later rows across the gap.
+        """
+        for stream in self.streams:
+            self.send(c.PositionCommand(stream.name, self.instance_name, stream.last_token, stream.last_token))
+
     def announce(self) -> None:
         """Announce every stream's position on the next iteration (after any backlog)."""
         self._announce = True

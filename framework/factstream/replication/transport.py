@@ -25,6 +25,8 @@ DEFAULT_REPLICATION_PORT = 9092
 
 class Transport(Protocol):
     on_connected: Callable[[], None] | None
+    #: Called when commands sent earlier were lost (see RedisTransport); TCP never drops any.
+    on_gap: Callable[[], None] | None
 
     async def start(self) -> None: ...
 
@@ -45,6 +47,7 @@ class TcpTransport:
         self.settings = settings
         self.handler = handler
         self.on_connected: Callable[[], None] | None = None
+        self.on_gap: Callable[[], None] | None = None
         main = settings.main_instance
         endpoint = settings.instance_map.get(main)
         self.host = endpoint.host if endpoint else "127.0.0.1"
