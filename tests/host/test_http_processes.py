@@ -183,3 +183,16 @@ async def test_a_worker_long_poll_wakes_on_a_write_on_main_with_exactly_the_new_
             positions = (await http.get("/streams/inbox/positions")).json()
             assert positions["current_token"] == int(main_token)
         assert (await worker.get("/health")).json()["replication"]["connected"] is True
+
+
+async def test_a_running_host_keeps_its_start_up_heap_out_of_garbage_collection(cluster):
+    """`factstream run` freezes what it holds after start-up, so full collections skip it (the
+    metric reads the interpreter's own count: nothing frozen, it reads 0)."""
+    for name in ("main", "worker1"):
+        async with httpx.AsyncClient(base_url=cluster.url(name), timeout=10) as http:
+            text = (await http.get("/metrics")).text
+        metric = "factstream_gc_frozen_objects "
+        values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(metric)]
+        assert len(values) == 1, text[:2000]
+        # A started host holds tens of thousands of long-lived objects (modules, the web app, plugins).
+        assert values[0] > 10_000, (name, values)

@@ -16,9 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
+from collections.abc import Iterator
 from typing import Any
+
+from prometheus_client import REGISTRY
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from factstream.caches.invalidate import CACHES_STREAM
 from factstream.caches.registry import CacheRegistry
@@ -266,6 +272,7 @@ class Host:
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
         await self.start()
+        freeze_startup_heap()
         try:
             await stop.wait()
         finally:
@@ -275,3 +282,29 @@ class Host:
         """Send a command to every peer (plugins' own commands)."""
         if self.transport is not None:
             self.transport.send(command)
+
+
+def freeze_startup_heap() -> None:
+    """Move everything alive after start-up out of the garbage collector's sight (``gc.freeze``).
+
+    A started host holds some 100,000 objects (modules, plugins, the web app, SQLAlchemy's and
+    pydantic's structures) that live as long as the process. Without this, every full collection
+    walks them all: a reader replicating 50,000 rows/s ran one every couple of seconds, taking
+    about 65 ms each (1.4 s of 33 s), a stall for everything it was processing. Frozen, the same
+    collections took 0.12 s in all. Synapse does the same after its start-up. ``factstream run``
+    calls this once the host has started; embedders of :class:`Host` may call it themselves.
+    """
+    gc.collect()
+    gc.freeze()
+
+
+class _FrozenHeapCollector(Collector):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "factstream_gc_frozen_objects",
+            "Objects moved out of the garbage collector's sight after start-up (see freeze_startup_heap)",
+            value=gc.get_freeze_count(),
+        )
+
+
+REGISTRY.register(_FrozenHeapCollector())
