@@ -127,7 +127,6 @@ class Host:
         caches_stream = self.streams.get(CACHES_STREAM)
         if caches_stream is not None:
             self.caches.attach_stream(caches_stream.spec, caches_stream.id_gen)
-        # Caches first: plugins' on_rows hooks (and, after them, the position) see them invalidated.
         self.sync = await SyncService.create(self, self.db, self.streams)
         # Caches first: plugins' on_rows hooks (and, after them, the position) see them invalidated.
         # Each callback only for the streams it concerns: one runs for every replicated token.

@@ -327,18 +327,12 @@ class ReplicationHandler:
     async def _deliver_plain_run(
         self, stream: ReplicatedStream, instance: str, tokens: list[int], rows: list[Any]
     ) -> None:
-        """The rows callbacks for each ``(token, [row])`` in order (what :meth:`_call_on_rows` does per token)."""
-        self.rows_processed += len(rows)
-        callbacks = self._rows_callbacks.get(stream.name) or self._callbacks_for(stream.name)
+        """The rows callbacks for each ``(token, [row])``, in order."""
+        call = self._call_on_rows
         for token, row in zip(tokens, rows, strict=True):
-            group = [row]
-            for callback in callbacks:
-                try:
-                    result = callback(stream, instance, token, group)
-                    if result is not None and inspect.isawaitable(result):
-                        await result
-                except Exception:
-                    log.exception("on_rows callback %r failed for %s at %s", callback, stream.name, token)
+            waiting = call(stream, instance, token, [row])
+            if waiting is not None:
+                await waiting
 
     async def _process_position(self, conn: Connection, cmd: c.PositionCommand) -> None:
         stream = self.streams[cmd.stream_name]

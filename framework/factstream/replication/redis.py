@@ -37,7 +37,7 @@ from factstream.config import Settings
 from factstream.replication import commands as c
 from factstream.replication.handler import ProtocolError, ReplicationHandler
 from factstream.replication.resp import RedisAddress, RespClient, RespError
-from factstream.replication.runs import uniform_run
+from factstream.replication.runs import split_runs
 
 log = logging.getLogger(__name__)
 
@@ -277,25 +277,14 @@ class RedisTransport:
         if all(map(methodcaller("startswith", own), datas)):
             return  # a writer mostly receives its own echoes
         lines = [d for d in datas if not d.startswith(own)]
-        start = 0
-        count = len(lines)
-        while start < count:
-            end = start
-            while end < count and lines[end][:6] == b"RDATA ":
-                end += 1
-            if end - start > 1:
-                run = uniform_run(lines[start:end], self.max_line)
-                if run is not None:
-                    try:
-                        self.handler.on_rdata_run(link, run)
-                    except ProtocolError as exc:
-                        log.warning("ignoring RDATA from %s: %s", run.instance_name, exc)
-                    start = end
-                    continue
-            end = max(end, start + 1)
-            for line in lines[start:end]:
-                self._handle(link, line)
-            start = end
+        for item in split_runs(lines, self.max_line):
+            if isinstance(item, bytes):
+                self._handle(link, item)
+                continue
+            try:
+                self.handler.on_rdata_run(link, item)
+            except ProtocolError as exc:
+                log.warning("ignoring RDATA from %s: %s", item.instance_name, exc)
 
     def _handle(self, link: RedisLink, data: bytes) -> None:
         try:

@@ -11,6 +11,7 @@ precise error.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -65,6 +66,55 @@ def uniform_run(lines: list[bytes], max_line: int) -> RdataRun | None:
         return None
     tokens: list[int | None] = [None if token == b"batch" else int(token) for token, _ in found]
     return RdataRun(stream, instance, tokens, rows, lines)
+
+
+def split_runs(lines: list[bytes], max_line: int) -> Iterator[RdataRun | bytes]:
+    """The lines in order: each stretch of RDATA lines of one stream and writer as one :class:`RdataRun`,
+    every other line as itself.
+
+    A stretch with anything unusual (a token that is not a plain integer or ``batch``, a row that is
+    not valid JSON, an over-long line) yields its first line alone, for the per-line parse to report
+    the precise error, and carries on after it. ``lines`` carry no line ends.
+    """
+    if len(lines) > 1 and lines[0][:6] == b"RDATA ":
+        run = uniform_run(lines, max_line)
+        if run is not None:
+            yield run  # the usual chunk of a busy link, recognised in one pass
+            return
+    start = 0
+    count = len(lines)
+    while start < count:
+        line = lines[start]
+        head = line.split(b" ", 4) if line[:6] == b"RDATA " else ()
+        if len(head) != 5:
+            yield line
+            start += 1
+            continue
+        stream, instance = head[1], head[2]
+        tokens: list[int | None] = []
+        texts: list[bytes] = []
+        end = start
+        while end < count:
+            words = lines[end].split(b" ", 4)
+            if len(words) != 5 or words[0] != b"RDATA" or words[1] != stream or words[2] != instance:
+                break
+            token = words[3]
+            if len(token) < 19 and token.isdigit():
+                tokens.append(int(token))
+            elif token == b"batch":
+                tokens.append(None)
+            else:
+                break
+            texts.append(words[4].rstrip(b"\r"))
+            end += 1
+        rows = decode_rows(texts, max_line) if end > start else None
+        names = utf8(stream), utf8(instance)
+        if rows is None or names[0] is None or names[1] is None:
+            yield line  # not a clean run: the per-line path parses (and, if need be, rejects) it
+            start += 1
+            continue
+        yield RdataRun(names[0], names[1], tokens, rows, lines[start:end])
+        start = end
 
 
 def utf8(word: bytes) -> str | None:

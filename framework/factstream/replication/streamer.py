@@ -92,6 +92,10 @@ class ReplicationStreamer:
         Called by a transport before it sends anything else; a reader behind ``t`` then catches up
         from the database instead of accepting later rows across the gap.
         """
+        self._send_positions()
+
+    def _send_positions(self) -> None:
+        """``POSITION s me t t`` for every stream, ``t`` the last token sent."""
         for stream in self.streams:
             self.send(c.PositionCommand(stream.name, self.instance_name, stream.last_token, stream.last_token))
 
@@ -133,8 +137,7 @@ class ReplicationStreamer:
             # only estimate that), rows sent now would carry them past the gap: announce the
             # position first, so a reader behind it catches up from the database.
             self._skipped = False
-            for stream in self.streams:
-                self.send(c.PositionCommand(stream.name, self.instance_name, stream.last_token, stream.last_token))
+            self._send_positions()
         for stream in self.streams:
             stream.set_capturing(True)
         more = True
@@ -157,9 +160,7 @@ class ReplicationStreamer:
                     self.send(c.PositionCommand(stream.name, self.instance_name, last, current))
         if self._announce:
             self._announce = False
-            for stream in self.streams:
-                token = stream.last_token
-                self.send(c.PositionCommand(stream.name, self.instance_name, token, token))
+            self._send_positions()
 
     async def close(self) -> None:
         if self._task is not None:

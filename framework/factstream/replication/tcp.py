@@ -27,7 +27,7 @@ from typing import Literal, Protocol
 
 from factstream.replication import commands as c
 from factstream.replication.handler import ProtocolError, RdataRun
-from factstream.replication.runs import decode_rows, uniform_run, utf8
+from factstream.replication.runs import split_runs
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +111,6 @@ class TcpConnection:
 
     def send_line(self, line: bytes) -> None:
         """Queue an encoded line (``send`` for many connections encodes once, then calls this)."""
-        if self.closed:
-            return
         self.send_blob(line, 1)
 
     def send_lines(self, lines: list[bytes]) -> None:
@@ -213,78 +211,22 @@ class TcpConnection:
     def _receive_lines(self, lines: list[bytes]) -> bool:
         """Receive a chunk's lines in order; False once the connection has been closed.
 
-        Runs of RDATA lines for one stream and writer skip the per-line parse: their rows are
-        validated as JSON in one call and handed over as one :class:`RdataRun`. Anything unusual in
-        a run (a token that is not a plain integer or ``batch``, a row that is not valid JSON, an
-        over-long line) sends the run's lines down the per-line path, which reports the precise error.
+        Runs of RDATA lines for one stream and writer skip the per-line parse (see
+        :func:`~factstream.replication.runs.split_runs`): their rows are validated as JSON in one
+        call and handed over as one :class:`RdataRun`.
         """
         if self.dispatch_run is None:
             return all(self._receive_line(line) for line in lines)
-        if len(lines) > 1 and lines[0][:6] == b"RDATA ":
-            uniform = self._receive_uniform_run(lines)
-            if uniform is not None:
-                return uniform
-        start = 0
-        count = len(lines)
-        while start < count:
-            line = lines[start]
-            if line[:6] != b"RDATA ":
-                if not self._receive_line(line):
+        for item in split_runs(lines, self.max_line):
+            if isinstance(item, bytes):
+                if not self._receive_line(item):
                     return False
-                start += 1
-                continue
-            head = line.split(b" ", 4)
-            if len(head) != 5:
-                if not self._receive_line(line):
-                    return False
-                start += 1
-                continue
-            stream, instance = head[1], head[2]
-            tokens: list[int | None] = []
-            texts: list[bytes] = []
-            end = start
-            while end < count:
-                words = lines[end].split(b" ", 4)
-                if len(words) != 5 or words[0] != b"RDATA" or words[1] != stream or words[2] != instance:
-                    break
-                token = words[3]
-                if len(token) < 19 and token.isdigit():
-                    tokens.append(int(token))
-                elif token == b"batch":
-                    tokens.append(None)
-                else:
-                    break
-                texts.append(words[4].rstrip(b"\r"))
-                end += 1
-            run = lines[start:end]
-            rows = decode_rows(texts, self.max_line) if run else None
-            names = utf8(stream), utf8(instance)
-            if rows is None or names[0] is None or names[1] is None:
-                # Not a clean run: the per-line path parses (and, if need be, rejects) the first line.
-                if not self._receive_line(line):
-                    return False
-                start += 1
                 continue
             try:
-                self.dispatch_run(self, RdataRun(names[0], names[1], tokens, rows, run))
+                self.dispatch_run(self, item)
             except ProtocolError as exc:
                 self.close(str(exc))
                 return False
-            start = end
-        return True
-
-    def _receive_uniform_run(self, lines: list[bytes]) -> bool | None:
-        """A chunk of nothing but RDATA lines of one stream and writer (see :func:`uniform_run`), or
-        ``None`` (nothing consumed) when the chunk is anything else."""
-        assert self.dispatch_run is not None
-        run = uniform_run(lines, self.max_line)
-        if run is None:
-            return None
-        try:
-            self.dispatch_run(self, run)
-        except ProtocolError as exc:
-            self.close(str(exc))
-            return False
         return True
 
     def _receive_line(self, line: bytes) -> bool:
