@@ -931,6 +931,8 @@ def test_rdata_lines_for_a_run_of_rows_match_one_command_at_a_time(stream: str, 
             codec.encode_rdata_lines(stream, instance, pairs)
     else:
         assert codec.encode_rdata_lines(stream, instance, pairs) == expected
+        tokens, rows = [t for t, _ in pairs], [r for _, r in pairs]
+        assert codec.encode_rdata_run(stream, instance, tokens, rows, end=b"") == [line[:-1] for line in expected]
 
 
 plain_ascii_values = st.recursive(
@@ -951,4 +953,7 @@ plain_ascii_values = st.recursive(
 def test_plain_ascii_rows_take_the_bulk_path_and_still_match_one_command_at_a_time(pairs: list) -> None:
     """Rows msgspec writes like the json module (ASCII, no floats) are encoded in bulk, byte-identically."""
     expected = [codec.encode_line(RdataCommand("events", "main", token, row)) for token, row in pairs]
-    assert codec.encode_rdata_run("events", "main", [t for t, _ in pairs], [r for _, r in pairs]) == expected
+    tokens, rows = [t for t, _ in pairs], [r for _, r in pairs]
+    assert codec.encode_rdata_run("events", "main", tokens, rows) == expected
+    # Without line ends (what the Redis transport publishes): the same lines.
+    assert codec.encode_rdata_run("events", "main", tokens, rows, end=b"") == [line[:-1] for line in expected]

@@ -78,6 +78,8 @@ async def test_pipelined_publishes_reach_a_subscriber_in_order_in_batches(redis_
         await asyncio.wait_for(all_arrived(), 10)
         assert [m for read in reads for m in read] == messages
         assert len(reads) < len(messages) / 10, "messages should arrive many per read"
+        assert pub.quiet_publishing  # so the 5,000 publishes were answered by two replies
+        assert await pub.command("PING") == b"PONG"
         assert pub.unacknowledged == 0
     finally:
         await sub.aclose()
@@ -96,11 +98,12 @@ async def test_a_killed_connection_fails_what_waits_and_keeps_unanswered_publish
         waiting = asyncio.ensure_future(victim.command("BLPOP", f"fs-resp-{uuid.uuid4().hex}", 0, timeout=10))
         await asyncio.sleep(0.05)
         victim.publish([(b"fs-resp-nobody", [b"x"])])  # queued behind the blocked command
+        victim.publish([(b"fs-resp-nobody", [b"y", b"z"])])  # a pipeline: published with replies off
         assert await killer.command("CLIENT", "KILL", "ID", victim_id) == 1
         with pytest.raises(RespError, match="lost"):
             await waiting
         assert lost and victim.lost is not None
-        assert victim.unacknowledged_batches() == [(b"fs-resp-nobody", [b"x"])]
+        assert victim.unacknowledged_batches() == [(b"fs-resp-nobody", [b"x"]), (b"fs-resp-nobody", [b"y", b"z"])]
         with pytest.raises(RespError):
             await victim.command("PING")
     finally:
@@ -120,12 +123,54 @@ async def test_a_peer_that_never_answers_times_out():
     async def silent(reader, writer):
         await asyncio.sleep(10)
 
+    async def answers_once(reader, writer):
+        await reader.readuntil(b"ON\r\n")  # the CLIENT REPLY ON of the handshake
+        writer.write(b"+OK\r\n")
+        await asyncio.sleep(10)
+
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
+        with pytest.raises(RespError, match=r"timed out after 0\.3s"):
+            await RespClient.open(RedisAddress("127.0.0.1", port), timeout=0.3)
+    finally:
+        server.close()
+    server = await asyncio.start_server(answers_once, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
         conn = await RespClient.open(RedisAddress("127.0.0.1", port))
+        assert conn.quiet_publishing
         with pytest.raises(RespError, match=r"did not answer within 0\.2s"):
             await conn.command("PING", timeout=0.2)
+        conn.close()
+    finally:
+        server.close()
+
+
+async def test_a_redis_refusing_client_reply_gets_a_reply_per_publish():
+    """Some managed services rename or forbid CLIENT: publishing then counts one reply per message."""
+    received = bytearray()
+
+    async def refuses_client(reader, writer):
+        await reader.readuntil(b"ON\r\n")
+        writer.write(b"-ERR unknown command 'CLIENT'\r\n")
+        while data := await reader.read(65536):
+            received.extend(data)
+            writer.write(b":0\r\n" * data.count(b"PUBLISH"))
+
+    server = await asyncio.start_server(refuses_client, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        conn = await RespClient.open(RedisAddress("127.0.0.1", port))
+        assert not conn.quiet_publishing
+        conn.publish([(b"ch", [b"a", b"b", b"c"])])
+        assert conn.unacknowledged == 3
+        for _ in range(100):
+            if conn.unacknowledged == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert conn.unacknowledged == 0
+        assert b"REPLY" not in received and received.count(b"PUBLISH") == 3
         conn.close()
     finally:
         server.close()

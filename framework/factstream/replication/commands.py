@@ -164,6 +164,7 @@ _json_encoder: Final = json.JSONEncoder(allow_nan=False, separators=(",", ":"), 
 _json_decoder: Final = json.JSONDecoder(parse_constant=_reject_constant)
 _msgspec_encode: Final = msgspec.json.Encoder().encode
 _msgspec_decode: Final = msgspec.json.Decoder().decode
+_msgspec_encode_lines: Final = msgspec.json.Encoder().encode_lines
 
 
 #: Types msgspec writes exactly like the json module (strings aside: see ``encode_json``).
@@ -382,12 +383,16 @@ def encode_rdata_lines(stream_name: str, instance_name: str, rows: Iterable[tupl
 _TOKEN_TYPES: Final = frozenset({int, type(None)})
 
 
-def encode_rdata_run(stream_name: str, instance_name: str, tokens: list[int | None], rows: list[Any]) -> list[bytes]:
-    """:func:`encode_rdata_lines` for parallel lists of tokens and rows.
+def encode_rdata_run(
+    stream_name: str, instance_name: str, tokens: list[int | None], rows: list[Any], end: bytes = b"\n"
+) -> list[bytes]:
+    """:func:`encode_rdata_lines` for parallel lists of tokens and rows, each line ending in ``end``
+    (``b""`` for a transport that frames lines itself, such as Redis).
 
     When every row is plain JSON that msgspec writes exactly like the json module, and ASCII, the
-    rows are encoded by msgspec one C call each, with no per-row checks in Python (msgspec escapes
-    line breaks inside strings, so no row can break a line); anything else goes row by row.
+    whole run is encoded in a few C calls: the rows as newline-delimited JSON in one msgspec call
+    (msgspec escapes line breaks inside strings, so the only newlines are the separators), the
+    tokens in another, and each line joined from its pieces. Anything else goes row by row.
     """
     _word("RDATA", "stream_name", stream_name)
     _word("RDATA", "instance_name", instance_name)
@@ -396,39 +401,36 @@ def encode_rdata_run(stream_name: str, instance_name: str, tokens: list[int | No
         raise CommandEncodeError("RDATA: a command cannot contain a newline")
     if len(tokens) != len(rows):
         raise ValueError("encode_rdata_run: tokens and rows differ in length")
-    if _TOKEN_TYPES.issuperset(map(type, tokens)) and _plain_rows(rows):
+    if rows and _TOKEN_TYPES.issuperset(map(type, tokens)) and _plain_rows(rows):
         try:
-            texts = list(map(_msgspec_encode, rows))
-        except UnicodeEncodeError:  # a lone surrogate: the row-by-row path escapes it
-            texts = None
-        if texts is not None:
-            blob = b"".join(texts)
-            if blob.isascii() and b"\x7f" not in blob:
-                try:
-                    head = prefix.encode("utf-8")
-                except UnicodeEncodeError:
-                    pass  # the row-by-row path reports it
-                else:
-                    if None not in tokens:
-                        return list(map(b"%b%d %b\n".__mod__, zip(repeat(head), tokens, texts)))
-                    batch = head + b"batch "
-                    return [
-                        batch + text + b"\n" if token is None else b"%b%d %b\n" % (head, token, text)
-                        for token, text in zip(tokens, texts, strict=True)
-                    ]
+            blob = _msgspec_encode_lines(rows)
+            words = _msgspec_encode(tokens)[1:-1].split(b",")
+            head = prefix.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: the row-by-row path escapes or reports it
+            blob = b"\x80"
+        if blob.isascii() and b"\x7f" not in blob:
+            texts = blob.split(b"\n")
+            texts.pop()
+            if None in tokens:
+                words = list(map(_BATCH_WORD.get, words, words))
+            return list(map(b"".join, zip(repeat(head), words, repeat(b" "), texts, repeat(end))))
     lines = []
     for token, row in zip(tokens, rows, strict=True):
         if token is not None and type(token) is not int:
             _int_text("RDATA", "token", token)
         text = _json_text("RDATA", "row", row)
-        line = f"{prefix}{'batch' if token is None else token} {text}\n"
+        line = f"{prefix}{'batch' if token is None else token} {text}"
         if "\n" in text or text[-1:] == "\r":
             raise CommandEncodeError("RDATA: a command cannot contain a newline")
         try:
-            lines.append(line.encode("utf-8"))
+            lines.append(line.encode("utf-8") + end)
         except UnicodeEncodeError as error:
             raise CommandEncodeError(f"RDATA: the line is not encodable as UTF-8: {error}") from None
     return lines
+
+
+#: msgspec writes ``None`` as ``null``; on the wire a token of ``None`` is the word ``batch``.
+_BATCH_WORD: Final = {b"null": b"batch"}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -114,9 +114,12 @@ class RedisTransport:
     def send(self, command: c.Command) -> None:
         self._publish(command.redis_channel(self.channel).encode("utf-8"), [c.encode_line(command)[:-1]])
 
+    #: How the streamer ends the lines it hands to :meth:`send_lines`: not at all (a message is a line).
+    line_end = b""
+
     def send_lines(self, lines: list[bytes]) -> None:
         # RDATA lines, published one message per command as the reference does.
-        self._publish(self._channel, [line[:-1] for line in lines])
+        self._publish(self._channel, lines)
 
     def _publish(self, channel: bytes, messages: list[bytes]) -> None:
         if self._gap:

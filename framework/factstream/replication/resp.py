@@ -17,13 +17,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
+import msgspec
+
+log = logging.getLogger(__name__)
 
 
 class RespError(Exception):
@@ -84,27 +89,69 @@ def pack(*args: bytes | str | int) -> bytes:
 
 
 def pack_publishes(messages: list[tuple[bytes, list[bytes]]]) -> bytes:
-    """``PUBLISH channel message`` for every message of every ``(channel, messages)`` pair, in order."""
+    """``PUBLISH channel message`` for every message of every ``(channel, messages)`` pair, in order.
+
+    Built from its pieces in C-level passes (the lengths written by msgspec in one call, the pieces
+    placed by slice assignment, one join): a busy writer publishes every row it writes.
+    """
     out = []
     for channel, texts in messages:
-        head = b"*3\r\n$7\r\nPUBLISH\r\n$%d\r\n%b\r\n$" % (len(channel), channel)
-        out.append(head)
-        out.append(head.join(map(b"%d\r\n%b\r\n".__mod__, zip(map(len, texts), texts, strict=True))))
+        count = len(texts)
+        if not count:
+            continue
+        parts = [b"\r\n"] * (5 * count)  # head, length, CRLF, message, CRLF
+        parts[0::5] = [b"*3\r\n$7\r\nPUBLISH\r\n$%d\r\n%b\r\n$" % (len(channel), channel)] * count
+        parts[1::5] = _encode_json(list(map(len, texts)))[1:-1].split(b",")
+        parts[3::5] = texts
+        out.append(b"".join(parts))
     return b"".join(out)
 
+
+_encode_json = msgspec.json.Encoder().encode
+
+_first = itemgetter(0)
+#: What the parser returns when no whole reply is buffered: a sentinel no reply can equal (hiredis's
+#: default, ``False``, equals an integer reply of 0, such as a PUBLISH nobody received).
+_NOT_ENOUGH_DATA = object()
+
+
+def _all_messages(replies: list[Any]) -> bool:
+    """Whether every reply is a ``[b"message", channel, data]`` push (C-level passes, no Python loop)."""
+    return (
+        bool(replies)
+        and _LIST_ONLY.issuperset(map(type, replies))
+        and set(map(len, replies)) == _THREE
+        and set(map(_first, replies)) == _MESSAGE
+    )
+
+
+_LIST_ONLY = frozenset({list})
+_THREE = {3}
+_MESSAGE = {b"message"}
 
 #: Messages of one read of a subscribed connection: ``[b"message", channel, data]`` lists, in order.
 MessageCallback = Callable[[list[Any]], None]
 
 
+#: Turns replies off for the publishes that follow, then on again: Redis answers the whole pipeline
+#: with one ``OK`` instead of one integer per message (which it would write, and we would parse).
+_QUIET_OFF = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n"
+_QUIET_ON = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$2\r\nON\r\n"
+
+
 class _Published:
-    """A pipeline of ``PUBLISH`` commands whose replies are still to come (kept for a resend)."""
+    """A pipeline of ``PUBLISH`` commands whose replies are still to come (kept for a resend).
 
-    __slots__ = ("batch", "left")
+    ``left`` replies are expected; each acknowledges ``weight`` messages (1, or the whole pipeline
+    when it was published with replies off).
+    """
 
-    def __init__(self, batch: list[tuple[bytes, list[bytes]]], count: int) -> None:
+    __slots__ = ("batch", "left", "weight")
+
+    def __init__(self, batch: list[tuple[bytes, list[bytes]]], replies: int, weight: int) -> None:
         self.batch = batch
-        self.left = count
+        self.left = replies
+        self.weight = weight
 
 
 class RespClient(asyncio.Protocol):
@@ -116,7 +163,7 @@ class RespClient(asyncio.Protocol):
 
     def __init__(self, address: RedisAddress) -> None:
         self.address = address
-        self.parser = hiredis.Reader()
+        self.parser = hiredis.Reader(notEnoughData=_NOT_ENOUGH_DATA)
         self.transport: asyncio.Transport | None = None
         self.on_message: MessageCallback | None = None
         self.on_lost: Callable[[Exception], None] | None = None
@@ -126,6 +173,9 @@ class RespClient(asyncio.Protocol):
         #: such as a subscriber's PONG) or a pipeline of publishes.
         self._waiting: collections.deque[asyncio.Future[Any] | _Published | None] = collections.deque()
         self._unacknowledged = 0
+        #: Whether Redis takes ``CLIENT REPLY`` (checked by :meth:`open`): pipelines of publishes are
+        #: then answered once, not once per message.
+        self.quiet_publishing = False
         #: Set while the socket takes more data (asyncio's write flow control).
         self.writable = asyncio.Event()
         self.writable.set()
@@ -149,6 +199,15 @@ class RespClient(asyncio.Protocol):
                     await client.command("AUTH", *user, address.password)
                 if address.db:
                     await client.command("SELECT", address.db)
+                try:
+                    await client.command("CLIENT", "REPLY", "ON")
+                except RespError as exc:
+                    if client.lost is not None:
+                        raise
+                    # Renamed or forbidden on some managed services: one reply per message, then.
+                    log.info("Redis at %s refuses CLIENT REPLY (%s): publishing with a reply per message", address, exc)
+                else:
+                    client.quiet_publishing = True
         except TimeoutError:
             client.close()
             raise RespError(f"connecting to Redis at {address} timed out after {timeout:g}s") from None
@@ -204,10 +263,18 @@ class RespClient(asyncio.Protocol):
     def publish(self, batch: list[tuple[bytes, list[bytes]]]) -> None:
         """Write ``PUBLISH`` commands at once; their replies are counted as they arrive."""
         count = sum(len(texts) for _, texts in batch)
-        if count:
+        if not count:
+            return
+        if count > 1 and self.quiet_publishing:
+            # Replies off for the pipeline: a PUBLISH that Redis refused would go unreported, but
+            # one that fails here fails on every connection, and replication's own commands
+            # (REPLICATE, POSITION) are published alone, with their replies.
+            self._write(_QUIET_OFF + pack_publishes(batch) + _QUIET_ON)
+            self._waiting.append(_Published(batch, 1, count))
+        else:
             self._write(pack_publishes(batch))
-            self._waiting.append(_Published(batch, count))
-            self._unacknowledged += count
+            self._waiting.append(_Published(batch, count, 1))
+        self._unacknowledged += count
 
     @property
     def unacknowledged(self) -> int:
@@ -236,19 +303,27 @@ class RespClient(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_received = asyncio.get_running_loop().time()
         self.parser.feed(data)
-        gets = self.parser.gets
+        try:
+            replies = list(iter(self.parser.gets, _NOT_ENOUGH_DATA))
+        except hiredis.ProtocolError as exc:
+            self.close(exc)
+            return
+        on_message = self.on_message
+        if on_message is not None and _all_messages(replies):
+            on_message(replies)  # a subscriber's usual read: checked and handed over in C-level passes
+            return
         waiting = self._waiting
         messages: list[Any] = []
         try:
-            while (reply := gets()) is not False:
-                if self.on_message is not None and type(reply) is list and len(reply) == 3 and reply[0] == b"message":
+            for reply in replies:
+                if on_message is not None and type(reply) is list and len(reply) == 3 and reply[0] == b"message":
                     messages.append(reply)
                     continue
                 if not waiting:
                     continue  # an answer to nothing we asked: ignore it
                 head = waiting[0]
                 if isinstance(head, _Published):
-                    self._unacknowledged -= 1
+                    self._unacknowledged -= head.weight
                     head.left -= 1
                     if head.left <= 0:
                         waiting.popleft()
@@ -258,12 +333,12 @@ class RespClient(asyncio.Protocol):
                 waiting.popleft()
                 if head is not None and not head.done():
                     head.set_result(reply)
-        except (hiredis.ProtocolError, RespError) as exc:
+        except RespError as exc:
             self.close(exc)
             return
         finally:
-            if messages and self.on_message is not None:
-                self.on_message(messages)
+            if messages and on_message is not None:
+                on_message(messages)
 
     def pause_writing(self) -> None:
         self.writable.clear()

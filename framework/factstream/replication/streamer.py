@@ -37,7 +37,8 @@ class Outlet(Protocol):
 
     def send(self, command: c.Command) -> None: ...
 
-    def send_lines(self, lines: list[bytes]) -> None: ...
+    def send_lines(self, lines: list[bytes]) -> None:
+        """Send encoded lines, each ending in :attr:`line_end` if the outlet has one, else ``b"\\n"``."""
 
     def has_peers(self) -> bool: ...
 
@@ -77,6 +78,7 @@ class ReplicationStreamer:
         """Send through ``outlet`` from now on (a new transport after a reconnection)."""
         self.send = outlet.send
         self.send_lines = outlet.send_lines
+        self.line_end: bytes = getattr(outlet, "line_end", b"\n")
         self.has_peers = outlet.has_peers
 
     def start(self) -> None:
@@ -154,7 +156,9 @@ class ReplicationStreamer:
                         self.send(c.PositionCommand(stream.name, self.instance_name, last, current))
                     continue
                 last = tokens[-1]
-                self.send_lines(c.encode_rdata_run(stream.name, self.instance_name, _batched(tokens), rows))
+                self.send_lines(
+                    c.encode_rdata_run(stream.name, self.instance_name, _batched(tokens), rows, self.line_end)
+                )
                 self.rows_sent += len(tokens)
                 if last < current:
                     self.send(c.PositionCommand(stream.name, self.instance_name, last, current))
