@@ -21,7 +21,7 @@ import importlib
 import inspect
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
@@ -252,6 +252,28 @@ class PluginHost:
                 return _logged(_named(plugin_name, "on_rows", result))
             return None
 
+        def many(stream: Any, instance: str, tokens: list[int], rows: list[Any]) -> Awaitable[None] | None:
+            """``one`` for each ``(token, [row])`` in order, in one frame: a busy reader's usual call."""
+            name = stream.name
+            pairs = zip(tokens, rows, strict=True)
+            for token, row in pairs:
+                try:
+                    result = function(host, name, instance, token, [row])
+                except Exception as exc:
+                    log.error("plugin %r failed in hook on_rows: %s: %s", plugin_name, type(exc).__name__, exc)
+                    continue
+                if result is not None and inspect.isawaitable(result):
+                    return _rest(_logged(_named(plugin_name, "on_rows", result)), stream, instance, pairs)
+            return None
+
+        async def _rest(first: Awaitable[None], stream: Any, instance: str, pairs: Iterator[tuple[int, Any]]) -> None:
+            await first
+            for token, row in pairs:
+                waiting = one(stream, instance, token, [row])
+                if waiting is not None:
+                    await waiting
+
+        one.many = many  # type: ignore[attr-defined]
         return one
 
     def _rows_impls(self) -> list[tuple[str, Callable[..., Any], bool]]:

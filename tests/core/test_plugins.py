@@ -382,3 +382,33 @@ async def test_a_single_plugin_is_called_directly_and_still_named_when_it_fails(
 
     assert factstream_alpha.seen == [("alpha", "notes", "main", 7, ["r"])]
     assert [r.getMessage() for r in caplog.records] == ["plugin 'alpha' failed in hook on_rows: KeyError: 'x'"]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_run_of_tokens_reaches_a_single_plugin_in_order_one_token_at_a_time(
+    plugin_installer: PluginInstaller, caplog, kind
+):
+    """The handler hands a lone plugin a whole run (``callback.many``): the same calls as token by token."""
+    body = {
+        "sync": "if token == 12: raise RuntimeError('bad row')",
+        "async": "await asyncio.sleep(0)\n        if token == 12: raise RuntimeError('bad row')",
+    }[kind]
+    source = ROWS_LOG.replace("def on_rows", "async def on_rows") if kind == "async" else ROWS_LOG
+    plugin_installer.from_source("alpha", source.format(name="alpha", body=body))
+    host = load_plugins()
+    callback = host.rows_callback(object())
+
+    with caplog.at_level(logging.ERROR, logger="factstream.plugins"):
+        waiting = callback.many(_Stream(), "main", [10, 11, 12, 13], ["a", "b", "c", "d"])
+        if kind == "sync":
+            assert waiting is None  # synchronous hooks: no coroutine at all
+        else:
+            await waiting
+
+    import factstream_alpha
+
+    assert factstream_alpha.seen == [
+        ("alpha", "notes", "main", token, [row]) for token, row in zip([10, 11, 12, 13], "abcd", strict=True)
+    ]
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == ["plugin 'alpha' failed in hook on_rows: RuntimeError: bad row"]

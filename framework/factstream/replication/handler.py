@@ -327,7 +327,23 @@ class ReplicationHandler:
     async def _deliver_plain_run(
         self, stream: ReplicatedStream, instance: str, tokens: list[int], rows: list[Any]
     ) -> None:
-        """The rows callbacks for each ``(token, [row])``, in order."""
+        """The rows callbacks for each ``(token, [row])``, in order.
+
+        A lone callback with a ``many(stream, instance, tokens, rows)`` attribute (the plugin host's,
+        see ``PluginHost.rows_callback``) gets the whole run in one call, which makes the same calls.
+        """
+        callbacks = self._rows_callbacks.get(stream.name) or self._callbacks_for(stream.name)
+        if len(callbacks) == 1:
+            many = getattr(callbacks[0], "many", None)
+            if many is not None:
+                self.rows_processed += len(tokens)
+                try:
+                    waiting = many(stream, instance, tokens, rows)
+                    if waiting is not None:
+                        await waiting
+                except Exception:
+                    log.exception("on_rows callback %r failed for %s", callbacks[0], stream.name)
+                return
         call = self._call_on_rows
         for token, row in zip(tokens, rows, strict=True):
             waiting = call(stream, instance, token, [row])

@@ -30,7 +30,8 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Callable
-from operator import itemgetter, methodcaller
+from itertools import compress
+from operator import itemgetter, methodcaller, not_
 from typing import Any
 
 from factstream.config import Settings
@@ -277,9 +278,11 @@ class RedisTransport:
     def _dispatch(self, link: RedisLink, replies: list[Any]) -> None:
         own = self._own
         datas: list[bytes] = list(map(_data, replies))
-        if all(map(methodcaller("startswith", own), datas)):
+        echoes = list(map(methodcaller("startswith", own), datas))
+        if all(echoes):
             return  # a writer mostly receives its own echoes
-        lines = [d for d in datas if not d.startswith(own)]
+        # A reader mostly receives none of its own: then every message is a line, with no Python loop.
+        lines = list(compress(datas, map(not_, echoes))) if any(echoes) else datas
         for item in split_runs(lines, self.max_line):
             if isinstance(item, bytes):
                 self._handle(link, item)

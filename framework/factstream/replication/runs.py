@@ -24,9 +24,10 @@ _decode_array = msgspec.json.Decoder(list).decode
 _RUN_PATTERNS: dict[bytes, re.Pattern[bytes]] = {}
 
 
-def decode_rows(texts: Sequence[bytes], max_line: int) -> list[Any] | None:
-    """The JSON rows of a run decoded in one call, or ``None`` if any is not valid JSON (or too long)."""
-    if max(map(len, texts), default=0) > max_line:
+def decode_rows(texts: Sequence[bytes], max_line: int | None) -> list[Any] | None:
+    """The JSON rows of a run decoded in one call, or ``None`` if any is not valid JSON (or longer than
+    ``max_line``; ``None`` if the caller has checked the lengths)."""
+    if max_line is not None and max(map(len, texts), default=0) > max_line:
         return None
     try:
         rows: list[Any] = _decode_array(b"[" + b",".join(texts) + b"]")
@@ -63,7 +64,7 @@ def uniform_run(lines: list[bytes], max_line: int) -> RdataRun | None:
         return None
     # Column-wise, in C: a run is hundreds of lines and this runs for every chunk a busy link reads.
     words, texts = zip(*found, strict=True)  # every match is a (token, row) pair
-    rows = decode_rows(texts, max_line)
+    rows = decode_rows(texts, None)  # the lines' lengths are checked above
     if rows is None:
         return None
     tokens: list[int | None]
