@@ -36,9 +36,9 @@ from typing import Any
 
 from factstream.config import Settings
 from factstream.replication import commands as c
-from factstream.replication.handler import ProtocolError, ReplicationHandler
+from factstream.replication.handler import ProtocolError, RdataRun, ReplicationHandler
 from factstream.replication.resp import RedisAddress, RespClient, RespError
-from factstream.replication.runs import split_runs
+from factstream.replication.runs import split_runs, uniform_run
 
 log = logging.getLogger(__name__)
 
@@ -278,19 +278,29 @@ class RedisTransport:
     def _dispatch(self, link: RedisLink, replies: list[Any]) -> None:
         own = self._own
         datas: list[bytes] = list(map(_data, replies))
+        if datas[0].startswith(own):
+            if all(map(methodcaller("startswith", own), datas)):
+                return  # a writer mostly receives its own echoes
+        elif len(datas) > 1:
+            # A reader mostly receives runs of another writer's RDATA: one run, recognised at once
+            # (a run is one writer's, and its first line is not ours).
+            run = uniform_run(datas, self.max_line)
+            if run is not None:
+                self._dispatch_run(link, run)
+                return
         echoes = list(map(methodcaller("startswith", own), datas))
-        if all(echoes):
-            return  # a writer mostly receives its own echoes
-        # A reader mostly receives none of its own: then every message is a line, with no Python loop.
         lines = list(compress(datas, map(not_, echoes))) if any(echoes) else datas
         for item in split_runs(lines, self.max_line):
             if isinstance(item, bytes):
                 self._handle(link, item)
                 continue
-            try:
-                self.handler.on_rdata_run(link, item)
-            except ProtocolError as exc:
-                log.warning("ignoring RDATA from %s: %s", item.instance_name, exc)
+            self._dispatch_run(link, item)
+
+    def _dispatch_run(self, link: RedisLink, run: RdataRun) -> None:
+        try:
+            self.handler.on_rdata_run(link, run)
+        except ProtocolError as exc:
+            log.warning("ignoring RDATA from %s: %s", run.instance_name, exc)
 
     def _handle(self, link: RedisLink, data: bytes) -> None:
         try:

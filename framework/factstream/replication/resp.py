@@ -117,15 +117,14 @@ _NOT_ENOUGH_DATA = object()
 
 def _all_messages(replies: list[Any]) -> bool:
     """Whether every reply is a ``[b"message", channel, data]`` push (C-level passes, no Python loop)."""
-    return (
-        bool(replies)
-        and _LIST_ONLY.issuperset(map(type, replies))
-        and set(map(len, replies)) == _THREE
-        and set(map(_first, replies)) == _MESSAGE
-    )
+    try:
+        # A reply that is not a list has no len() (an integer, an error) or a first item that is
+        # not b"message" (bytes give an int): any of them makes this False.
+        return bool(replies) and set(map(_first, replies)) == _MESSAGE and set(map(len, replies)) == _THREE
+    except (TypeError, IndexError):
+        return False
 
 
-_LIST_ONLY = frozenset({list})
 _THREE = {3}
 _MESSAGE = {b"message"}
 
