@@ -9,6 +9,7 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from factstream.replication.commands import decode_json
 from factstream.replication.handler import ReplicationHandler
 from factstream.replication.stream import RowError
 from factstream.replication.tcp import TcpConnection
@@ -34,12 +35,12 @@ class _Stream:
         except msgspec.ValidationError as exc:
             raise RowError(str(exc)) from None
 
-    def parse_rows(self, raws: list[Any]) -> list[Row | None]:
+    def decode_rows(self, texts: list[bytes]) -> list[Row | None]:
         out: list[Row | None] = []
-        for raw in raws:
+        for text in texts:
             try:
-                out.append(self.parse_row(raw))
-            except RowError:
+                out.append(self.parse_row(decode_json(text.decode())))
+            except (RowError, ValueError):
                 out.append(None)
         return out
 
@@ -170,3 +171,19 @@ def test_chunks_of_one_stream_and_writer_only_deliver_what_single_lines_do(steps
         lines.append(_line(kind, "w1", token, n))
 
     assert asyncio.run(_deliver(lines, runs=True)) == asyncio.run(_deliver(lines, runs=False))
+
+
+def test_rows_that_are_not_one_json_value_each_are_refused_even_when_their_pieces_add_up() -> None:
+    """Joined, these three rows read as three valid rows; alone, the first holds two values and the
+    second and third are halves of one. The run path must refuse them as the per-line path does."""
+    lines = [
+        b'RDATA s w1 1 ["a",1]',
+        b'RDATA s w1 2 ["b",2],["c",3]',
+        b'RDATA s w1 3 ["d"',
+        b"RDATA s w1 4 4]",
+    ]
+    for runs in (False, True):
+        seen, positions, sent = asyncio.run(_deliver(lines, runs=runs))
+        assert [t for _, t, _ in seen] == [1]
+        assert positions == {"w1": 1}
+        assert sent.startswith(b"ERROR failed to parse line: RDATA: row is not valid JSON"), (runs, sent)

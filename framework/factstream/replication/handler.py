@@ -29,7 +29,7 @@ import inspect
 import itertools
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, Protocol, cast
 
 from factstream.replication import commands as c
@@ -63,20 +63,25 @@ class ProtocolError(Exception):
 class RdataRun:
     """Consecutive RDATA lines of one stream and writer, as a TCP link read them in one chunk.
 
-    ``tokens[i]`` is the i-th line's token (``None`` for ``batch``), ``rows[i]`` its decoded JSON row
-    and ``lines[i]`` the raw line (for relaying). Processing a run is exactly processing its lines
-    one at a time, in order; it only saves the per-line machinery.
+    ``tokens[i]`` is the i-th line's token (``None`` for ``batch``), ``texts[i]`` its row's JSON text
+    (checked to be exactly one JSON value) and ``lines[i]`` the raw line (for relaying). Processing a
+    run is exactly processing its lines one at a time, in order; it only saves the per-line machinery.
     """
 
-    __slots__ = ("instance_name", "lines", "rows", "stream_name", "tokens")
+    __slots__ = ("instance_name", "lines", "stream_name", "texts", "tokens")
 
     def __init__(
-        self, stream_name: str, instance_name: str, tokens: list[int | None], rows: list[Any], lines: list[bytes]
+        self,
+        stream_name: str,
+        instance_name: str,
+        tokens: list[int | None],
+        texts: Sequence[bytes],
+        lines: list[bytes],
     ) -> None:
         self.stream_name = stream_name
         self.instance_name = instance_name
         self.tokens = tokens
-        self.rows = rows
+        self.texts = texts
         self.lines = lines
 
 
@@ -288,7 +293,7 @@ class ReplicationHandler:
         if run.stream_name not in self._connected.get(conn, ()):
             return  # wait for the POSITION, whose catch-up reads these rows from the database
         instance = run.instance_name
-        rows = stream.parse_rows(run.rows)
+        rows = stream.decode_rows(run.texts)
         key = (run.stream_name, instance)
         seen = max(pending.get(instance, 0), stream.current_token(instance))
         batch = self._batches.pop(key, None)
@@ -300,9 +305,9 @@ class ReplicationHandler:
                 pending[instance] = plain[-1]
                 return
         call = self._call_on_rows
-        for token, row, raw in zip(run.tokens, rows, run.rows, strict=True):
+        for token, row, text in zip(run.tokens, rows, run.texts, strict=True):
             if row is None:
-                log.warning("dropping RDATA with a bad row from %s on %s: %r", instance, stream.name, raw)
+                log.warning("dropping RDATA with a bad row from %s on %s: %r", instance, stream.name, text[:500])
                 continue
             if token is None:
                 if batch is None:

@@ -2,8 +2,9 @@
 
 A reader receiving tens of thousands of rows a second would spend most of its time parsing lines one
 by one. Consecutive RDATA lines of one stream and writer become one :class:`RdataRun` instead: their
-rows are validated as JSON in one msgspec call, and a chunk made only of such lines is recognised by
-one regular-expression pass. Processing a run is exactly processing its lines in order; anything
+rows are checked to be one JSON value each in one msgspec call (and decoded, into the stream's row
+type, in one more by the handler), and a chunk made only of such lines is recognised by one
+regular-expression pass. Processing a run is exactly processing its lines in order; anything
 unusual makes these functions return ``None`` and the caller parses line by line, which reports the
 precise error.
 """
@@ -12,30 +13,40 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import msgspec
 
 from factstream.replication.handler import RdataRun
 
-_decode_array = msgspec.json.Decoder(list).decode
+_decode_raws = msgspec.json.Decoder(list[msgspec.Raw]).decode
 
 #: Compiled patterns matching the RDATA lines of one ``b"RDATA <stream> <instance> "`` prefix.
 _RUN_PATTERNS: dict[bytes, re.Pattern[bytes]] = {}
 
 
-def decode_rows(texts: Sequence[bytes], max_line: int | None) -> list[Any] | None:
-    """The JSON rows of a run decoded in one call, or ``None`` if any is not valid JSON (or longer than
-    ``max_line``; ``None`` if the caller has checked the lengths)."""
+def one_json_value_each(texts: Sequence[bytes], max_line: int | None) -> bool:
+    """Whether every text is exactly one JSON value, in UTF-8 (and none longer than ``max_line``;
+    ``None`` if the caller has checked the lengths), checked for all texts at once.
+
+    The texts are joined into one JSON array and its elements found without being built
+    (``msgspec.Raw``). Valid JSON is not enough: ``[1``, ``2]`` and ``3,4`` join into three valid
+    elements although no text is a value. So each element must span exactly its text: same count,
+    same lengths, and since elements and texts are laid out alike, the same bytes. (Whitespace around
+    a value makes it shorter than its text; such rows take the per-line path, which accepts them.)
+    """
     if max_line is not None and max(map(len, texts), default=0) > max_line:
-        return None
+        return False
+    blob = b"[" + b",".join(texts) + b"]"
+    if not blob.isascii():
+        try:
+            blob.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
     try:
-        rows: list[Any] = _decode_array(b"[" + b",".join(texts) + b"]")
+        raws = _decode_raws(blob)
     except (msgspec.DecodeError, RecursionError):
-        return None
-    if len(rows) != len(texts):
-        return None  # a row like `1,2` would split in two: let the per-line path refuse it
-    return rows
+        return False
+    return list(map(len, raws)) == list(map(len, texts))
 
 
 def uniform_run(lines: list[bytes], max_line: int) -> RdataRun | None:
@@ -64,15 +75,14 @@ def uniform_run(lines: list[bytes], max_line: int) -> RdataRun | None:
         return None
     # Column-wise, in C: a run is hundreds of lines and this runs for every chunk a busy link reads.
     words, texts = zip(*found, strict=True)  # every match is a (token, row) pair
-    rows = decode_rows(texts, None)  # the lines' lengths are checked above
-    if rows is None:
+    if not one_json_value_each(texts, None):  # the lines' lengths are checked above
         return None
     tokens: list[int | None]
     if b"batch" in words:
         tokens = [None if token == b"batch" else int(token) for token in words]
     else:
         tokens = list(map(int, words))
-    return RdataRun(stream, instance, tokens, rows, lines)
+    return RdataRun(stream, instance, tokens, texts, lines)
 
 
 def split_runs(lines: list[bytes], max_line: int) -> Iterator[RdataRun | bytes]:
@@ -114,13 +124,13 @@ def split_runs(lines: list[bytes], max_line: int) -> Iterator[RdataRun | bytes]:
                 break
             texts.append(words[4].rstrip(b"\r"))
             end += 1
-        rows = decode_rows(texts, max_line) if end > start else None
+        clean = end > start and one_json_value_each(texts, max_line)
         names = utf8(stream), utf8(instance)
-        if rows is None or names[0] is None or names[1] is None:
+        if not clean or names[0] is None or names[1] is None:
             yield line  # not a clean run: the per-line path parses (and, if need be, rejects) it
             start += 1
             continue
-        yield RdataRun(names[0], names[1], tokens, rows, lines[start:end])
+        yield RdataRun(names[0], names[1], tokens, texts, lines[start:end])
         start = end
 
 

@@ -8,12 +8,14 @@ conversion to stream IDs happens at the ID generator's door.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from factstream.db.database import Database
 from factstream.idgen.generator import MultiWriterIdGenerator
+from factstream.replication.commands import decode_json
 from factstream.streams import StreamSpec, Update
 
 #: How many rows one update-function call aims for (a target, never splitting a token).
@@ -50,6 +52,7 @@ class ReplicatedStream:
             array_like=True,
             frozen=True,
         )
+        self._decode_wires = msgspec.json.Decoder(list[self._wire_type]).decode  # type: ignore[name-defined]
         #: The last token this process has sent (streamer side); starts at the current position, so
         #: history is not replayed on start-up.
         self.last_token = self.current_token(self.local) if id_gen.is_writer else 0
@@ -91,20 +94,24 @@ class ReplicatedStream:
             raise RowError(f"stream {self.name!r}: bad row {raw!r}: {exc}") from None
         return self.spec.row_type(*msgspec.structs.astuple(wire))
 
-    def parse_rows(self, raws: list[Any]) -> list[Any]:
-        """:meth:`parse_row` for many wire values at once; ``None`` in place of each bad one."""
+    def decode_rows(self, texts: Sequence[bytes]) -> list[Any]:
+        """The row type from many JSON texts (exactly one value each), ``None`` in place of each bad one.
+
+        All at once when every row fits: one msgspec call decodes them into the wire type, and the
+        rows are built in C-level passes (this runs for every replicated row). Otherwise row by row,
+        each read exactly as a single RDATA line's row is.
+        """
         try:
-            wires = msgspec.convert(raws, list[self._wire_type])  # type: ignore[name-defined]
-        except msgspec.ValidationError:
-            out = []
-            for raw in raws:
-                try:
-                    out.append(self.parse_row(raw))
-                except RowError:
-                    out.append(None)
-            return out
-        # starmap and map call in C: this runs for every replicated row.
+            wires = self._decode_wires(b"[" + b",".join(texts) + b"]")
+        except (msgspec.DecodeError, RecursionError):  # msgspec.ValidationError is a DecodeError
+            return [self._row_from_text(text) for text in texts]
         return list(itertools.starmap(self.spec.row_type, map(msgspec.structs.astuple, wires)))
+
+    def _row_from_text(self, text: bytes) -> Any:
+        try:
+            return self.parse_row(decode_json(text.decode("utf-8")))
+        except (RowError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return None
 
     def encode_row(self, row: Any) -> list[Any]:
         """The wire array of a row (field order), JSON-encodable by the command codec."""
