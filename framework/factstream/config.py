@@ -79,6 +79,13 @@ class ReplicationConfig(_Section):
     linger_rows: int = Field(
         default=50, ge=1, description="a send of at least this many rows is a bulk (smaller sends never linger)"
     )
+    redis_packing: bool = Field(
+        default=True,
+        description=(
+            "over Redis, pack RDATA lines several to a message while every subscriber has announced that "
+            "it reads them (false: always one command per message, as the reference)"
+        ),
+    )
 
 
 class CachesConfig(_Section):

@@ -50,7 +50,12 @@ async def make_hosts(notes_db, tmp_path) -> AsyncIterator[Callable[..., Any]]:
     port = free_port()
 
     def settings(
-        name: str, *, redis_url: str | None = None, writers: tuple[str, ...] = ("main",), deployment: str = "test"
+        name: str,
+        *,
+        redis_url: str | None = None,
+        writers: tuple[str, ...] = ("main",),
+        deployment: str = "test",
+        replication: dict[str, Any] | None = None,
     ):
         overrides: dict[str, Any] = {
             "deployment": deployment,
@@ -66,6 +71,8 @@ async def make_hosts(notes_db, tmp_path) -> AsyncIterator[Callable[..., Any]]:
         }
         if redis_url:
             overrides["redis"] = {"url": redis_url}
+        if replication:
+            overrides["replication"] = replication
         return load_config(environ={}, **overrides)
 
     async def start(name: str, **kwargs: Any) -> Host:

@@ -14,6 +14,14 @@ the same task counts the channel's subscribers (``PUBSUB NUMSUB``) once a second
 the publishing connection. The subscribed connection sends ``PING`` after a quiet while and is
 dropped if even that gets no answer.
 
+Beyond the reference, RDATA lines may travel several to a message (``packing``): every factstream
+process announces ``FS_MULTILINE <instance>`` on subscribing and again on every ``REPLICATE`` it
+sees, and a writer packs only while the subscriber count (taken after the last ``REPLICATE``) is
+covered by those announcements. Any ``REPLICATE`` turns packing off at once, before the writer
+answers it, so a reference peer (which subscribes, then publishes ``REPLICATE``, and never announces)
+receives one command per message from its first ``POSITION`` on; what it got before that it drops
+anyway, and catches up from the database. Received messages are split into lines either way.
+
 Both connections speak RESP directly (:mod:`factstream.replication.resp`). Lines are published as
 they are sent, written straight to the socket, with the replies counted as they come back; a
 pipeline not yet answered when the connection breaks is published again after reconnecting (a
@@ -55,6 +63,14 @@ MAX_OUTBOX = 100_000
 
 _data = itemgetter(2)
 
+#: Beyond the reference: the line by which a factstream process says "I read Redis messages that hold
+#: several lines". A writer packs its RDATA lines into few messages only while every other
+#: subscriber of the channel has said so (see ``RedisTransport`` and docs/decisions.md); reference
+#: peers never send it, and only log it if they receive it.
+MULTILINE = b"FS_MULTILINE "
+#: Lines per packed message at most.
+PACKED_LINES = 1_000
+
 
 class RedisLink:
     """The handler's view of one subscription (a new object after each reconnection)."""
@@ -85,8 +101,8 @@ class RedisTransport:
         self.link: RedisLink | None = None
         self._generation = 0
         self._publisher: RespClient | None = None
-        #: ``(channel, messages)`` not yet written (no connection, or a full socket), in order.
-        self._outbox: deque[tuple[bytes, list[bytes]]] = deque()
+        #: ``(channel, messages, commands in them)`` not yet written (no connection, or a full socket), in order.
+        self._outbox: deque[tuple[bytes, list[bytes], int]] = deque()
         self._waiting = 0
         self._outbox_ready = asyncio.Event()
         self._gap = False  # commands were dropped: drop everything until publishing works again
@@ -95,6 +111,15 @@ class RedisTransport:
         self.connected = asyncio.Event()
         self.published = 0
         self._peers = True
+        #: Whether RDATA lines go out packed, several to a message: only while every other subscriber
+        #: announced that it reads them (``MULTILINE``), counted after the last ``REPLICATE``.
+        self.packing = False
+        self._multiline: set[bytes] = set()
+        #: Bumped by every ``REPLICATE`` (someone subscribed): a subscriber count asked for before it
+        #: may not include the newcomer, so it cannot turn packing on.
+        self._replicate_epoch = 0
+        self._announcement = MULTILINE + settings.instance_name.encode("utf-8")
+        self._may_pack = settings.replication.redis_packing
         # Our own RDATA and POSITION come back to us: recognised by prefix, before any parsing.
         own = settings.instance_name.encode("utf-8")
         self._own = tuple(
@@ -119,10 +144,19 @@ class RedisTransport:
     line_end = b""
 
     def send_lines(self, lines: list[bytes]) -> None:
-        # RDATA lines, published one message per command as the reference does.
-        self._publish(self._channel, lines)
+        # RDATA lines: one message per command as the reference publishes them, unless every
+        # subscriber reads packed messages.
+        if self.packing and len(lines) > 1:
+            self._publish(
+                self._channel,
+                [b"\n".join(lines[i : i + PACKED_LINES]) for i in range(0, len(lines), PACKED_LINES)],
+                len(lines),
+            )
+        else:
+            self._publish(self._channel, lines)
 
-    def _publish(self, channel: bytes, messages: list[bytes]) -> None:
+    def _publish(self, channel: bytes, messages: list[bytes], commands: int | None = None) -> None:
+        """Publish ``messages`` in order; ``commands`` is how many commands they hold (default: one each)."""
         if self._gap:
             return  # nothing may go out before the positions that make readers catch up
         publisher = self._publisher
@@ -135,17 +169,18 @@ class RedisTransport:
             publisher.publish([(channel, messages)])  # written now; replies are counted as they come
             self.published += len(messages)
             return
-        if self._waiting + len(messages) > MAX_OUTBOX:
+        count = len(messages) if commands is None else commands
+        if self._waiting + count > MAX_OUTBOX:
             log.warning(
                 "Redis unreachable: dropping %d unpublished commands (readers will catch up from the database)",
-                self._waiting + len(messages),
+                self._waiting + count,
             )
             self._outbox.clear()
             self._waiting = 0
             self._gap = True
             return
-        self._outbox.append((channel, messages))
-        self._waiting += len(messages)
+        self._outbox.append((channel, messages, count))
+        self._waiting += count
         self._outbox_ready.set()
 
     def has_peers(self) -> bool:
@@ -177,13 +212,25 @@ class RedisTransport:
                             self.on_gap()  # positions first: readers catch up what was dropped
                 checked = loop.time()
                 subscribed = self.link is not None  # then one of the subscribers is us
+                epoch = self._replicate_epoch
                 reply = await publisher.command("PUBSUB", "NUMSUB", self._channel)
-                self._peers = int(reply[1]) > (1 if subscribed else 0)
+                count = int(reply[1])
+                self._peers = count > (1 if subscribed else 0)
+                # Packed messages only if every other subscriber reads them. A subscriber that never
+                # announced (a reference peer, a monitoring client) keeps them off; a newcomer's
+                # REPLICATE turns them off until a count taken after it confirms.
+                self.packing = (
+                    self._may_pack
+                    and subscribed
+                    and self.link is not None
+                    and epoch == self._replicate_epoch
+                    and count - 1 <= len(self._multiline)
+                )
                 while publisher.lost is None:
                     outbox = self._outbox
                     while outbox and publisher.write_buffer_size() < WRITE_BUFFER_LIMIT:
-                        channel, messages = outbox.popleft()
-                        self._waiting -= len(messages)
+                        channel, messages, count = outbox.popleft()
+                        self._waiting -= count
                         publisher.publish([(channel, messages)])
                         self.published += len(messages)
                     if outbox:
@@ -225,6 +272,8 @@ class RedisTransport:
                 self.handler.new_connection(link)
                 await client.subscribe(self._channel, functools.partial(self._receive, client, link))
                 self.link = link
+                self._forget_multiline()
+                self._publish(self._channel, [self._announcement])  # before REPLICATE: peers re-announce on it
                 self.send(c.ReplicateCommand())
                 if self.on_connected is not None:
                     self.on_connected()
@@ -249,6 +298,7 @@ class RedisTransport:
                 log.warning("Redis subscription lost (%s); reconnecting in %.1fs", exc, delay)
             finally:
                 self.connected.clear()
+                self.packing = False  # whoever subscribes meanwhile has not been counted
                 if link is not None:
                     self.handler.lost_connection(link)
                     if self.link is link:
@@ -278,6 +328,9 @@ class RedisTransport:
     def _dispatch(self, link: RedisLink, replies: list[Any]) -> None:
         own = self._own
         datas: list[bytes] = list(map(_data, replies))
+        joined = b"\n".join(datas)
+        if joined.count(b"\n") != len(datas) - 1:
+            datas = joined.split(b"\n")  # packed messages: a line each
         if datas[0].startswith(own):
             if all(map(methodcaller("startswith", own), datas)):
                 return  # a writer mostly receives its own echoes
@@ -302,7 +355,17 @@ class RedisTransport:
         except ProtocolError as exc:
             log.warning("ignoring RDATA from %s: %s", run.instance_name, exc)
 
+    def _forget_multiline(self) -> None:
+        """Someone (re)subscribed: stop packing, and count again who reads packed messages."""
+        self.packing = False
+        self._multiline.clear()
+        self._replicate_epoch += 1
+
     def _handle(self, link: RedisLink, data: bytes) -> None:
+        if data.startswith(MULTILINE):
+            if data != self._announcement:
+                self._multiline.add(data[len(MULTILINE) :])
+            return
         try:
             cmd = c.parse_command(data)
         except c.CommandParseError as exc:
@@ -310,6 +373,8 @@ class RedisTransport:
             return
         if type(cmd) is c.ReplicateCommand:
             self._peers = True  # someone (re)subscribed: answer them, and keep sending
+            self._forget_multiline()
+            self._publish(self._channel, [self._announcement])  # for the count that may turn packing on
         try:
             self.handler.on_command(link, cmd)
         except ProtocolError as exc:

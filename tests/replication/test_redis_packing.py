@@ -1,0 +1,87 @@
+"""Over Redis, a writer packs its RDATA lines into few messages only while every other subscriber of
+the channel has announced that it reads them; a subscriber that never did (a reference peer) gets one
+command per message, as the reference publishes them, and misses nothing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from factstream.host.app import Host
+from factstream.replication.resp import RedisAddress, RespClient
+from tests.replication.test_replication import received, until
+
+pytestmark = pytest.mark.redis
+
+
+async def append_bulk(host: Host, n: int, author: str = "bulk") -> list[int]:
+    async with host.database().transaction() as txn:
+        return await host.id_generator("notes").append_many_txn(
+            txn, "notes", [{"author": f"{author}{i}", "body": "x"} for i in range(n)]
+        )
+
+
+async def _pair(make_hosts, redis_url: str, deployment: str) -> tuple[Host, Host]:
+    main = await make_hosts("main", redis_url=redis_url, deployment=deployment)
+    worker = await make_hosts("worker1", redis_url=redis_url, deployment=deployment)
+    await until(lambda: "notes" in next(iter(worker.handler._connected.values()), set()))
+    return main, worker
+
+
+async def test_factstream_peers_get_packed_messages_and_every_fact_in_order(make_hosts, redis_url):
+    main, _worker = await _pair(make_hosts, redis_url, "packing-all")
+    await until(lambda: main.transport.packing, timeout=5)
+
+    before = main.transport.published
+    ids = await append_bulk(main, 600) + await append_bulk(main, 400, author="more")
+
+    await until(lambda: [t for _, _, t, _ in received("worker1")] == ids)
+    assert [r.author for *_, r in received("worker1")] == [f"bulk{i}" for i in range(600)] + [
+        f"more{i}" for i in range(400)
+    ]
+    assert main.transport.published - before < 20, "1,000 facts should travel in a few packed messages"
+
+
+async def test_a_subscriber_that_never_announced_gets_one_command_per_message(make_hosts, redis_url):
+    main, _worker = await _pair(make_hosts, redis_url, "packing-foreign")
+    await until(lambda: main.transport.packing, timeout=5)
+
+    # A reference peer: subscribes, then publishes REPLICATE, and never says it reads packed messages.
+    address = RedisAddress.from_url(redis_url)
+    foreign = await RespClient.open(address)
+    publisher = await RespClient.open(address)
+    messages: list[bytes] = []
+    try:
+        await foreign.subscribe(b"packing-foreign", lambda read: messages.extend(m[2] for m in read))
+        await publisher.command("PUBLISH", "packing-foreign", "REPLICATE")
+        await until(lambda: not main.transport.packing, timeout=5)
+        seen = len(messages)
+        await asyncio.sleep(2.5)  # two subscriber counts later, still off
+        assert not main.transport.packing
+
+        ids = await append_bulk(main, 300)
+        await until(lambda: [t for _, _, t, _ in received("worker1")] == ids)
+        await until(lambda: sum(m.startswith(b"RDATA notes main ") for m in messages[seen:]) == 300)
+        assert not [m for m in messages[seen:] if b"\n" in m]
+    finally:
+        await foreign.aclose()
+        await publisher.aclose()
+
+    # Once it has gone, the remaining subscribers all read packed messages again.
+    await until(lambda: main.transport.packing, timeout=5)
+    more = await append_bulk(main, 200, author="after")
+    await until(lambda: [t for _, _, t, _ in received("worker1")] == ids + more)
+
+
+async def test_packing_can_be_turned_off(make_hosts, redis_url):
+    main = await make_hosts("main", redis_url=redis_url, deployment="packing-off", replication={"redis_packing": False})
+    worker = await make_hosts("worker1", redis_url=redis_url, deployment="packing-off")
+    await until(lambda: "notes" in next(iter(worker.handler._connected.values()), set()))
+    await asyncio.sleep(2.5)  # two subscriber counts: every subscriber has announced by now
+
+    before = main.transport.published
+    ids = await append_bulk(main, 300)
+    await until(lambda: [t for _, _, t, _ in received("worker1")] == ids)
+    assert not main.transport.packing
+    assert main.transport.published - before >= 300, "one message per command"
