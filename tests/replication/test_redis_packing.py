@@ -47,20 +47,28 @@ async def test_a_subscriber_that_never_announced_gets_one_command_per_message(ma
     main, _worker = await _pair(make_hosts, redis_url, "packing-foreign")
     await until(lambda: main.transport.packing, timeout=5)
 
-    # A reference peer: subscribes, then publishes REPLICATE, and never says it reads packed messages.
+    # A peer that never says it reads packed messages (a reference peer publishes REPLICATE after
+    # subscribing; this one does so late, to show the positions that cover a packed stretch).
     address = RedisAddress.from_url(redis_url)
     foreign = await RespClient.open(address)
     publisher = await RespClient.open(address)
     messages: list[bytes] = []
     try:
         await foreign.subscribe(b"packing-foreign", lambda read: messages.extend(m[2] for m in read))
+        # Until the writer counts it, it may get packed messages it cannot read...
+        early = await append_bulk(main, 100, author="early")
+        await until(lambda: not main.transport.packing, timeout=5)  # the next count, with no REPLICATE
+        # ...so when packing stops, every stream's position goes out: had it processed an earlier
+        # POSITION, it would see it is behind and catch up what it could not read.
+        await until(lambda: any(m.startswith(b"POSITION notes main") for m in messages))
+        position = next(m for m in messages if m.startswith(b"POSITION notes main"))
+        assert int(position.split()[4]) >= early[-1], position
         await publisher.command("PUBLISH", "packing-foreign", "REPLICATE")
-        await until(lambda: not main.transport.packing, timeout=5)
         seen = len(messages)
         await asyncio.sleep(2.5)  # two subscriber counts later, still off
         assert not main.transport.packing
 
-        ids = await append_bulk(main, 300)
+        ids = early + await append_bulk(main, 300)
         await until(lambda: [t for _, _, t, _ in received("worker1")] == ids)
         await until(lambda: sum(m.startswith(b"RDATA notes main ") for m in messages[seen:]) == 300)
         assert not [m for m in messages[seen:] if b"\n" in m]

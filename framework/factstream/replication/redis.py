@@ -20,7 +20,9 @@ sees, and a writer packs only while the subscriber count (taken after the last `
 covered by those announcements. Any ``REPLICATE`` turns packing off at once, before the writer
 answers it, so a reference peer (which subscribes, then publishes ``REPLICATE``, and never announces)
 receives one command per message from its first ``POSITION`` on; what it got before that it drops
-anyway, and catches up from the database. Received messages are split into lines either way.
+anyway, and catches up from the database. Whenever packing stops, every stream's ``POSITION t t``
+goes out first, for a subscriber that processed some earlier POSITION and then could not read packed
+rows. Received messages are split into lines either way.
 
 Both connections speak RESP directly (:mod:`factstream.replication.resp`). Lines are published as
 they are sent, written straight to the socket, with the replies counted as they come back; a
@@ -219,13 +221,16 @@ class RedisTransport:
                 # Packed messages only if every other subscriber reads them. A subscriber that never
                 # announced (a reference peer, a monitoring client) keeps them off; a newcomer's
                 # REPLICATE turns them off until a count taken after it confirms.
-                self.packing = (
+                if (
                     self._may_pack
                     and subscribed
                     and self.link is not None
                     and epoch == self._replicate_epoch
                     and count - 1 <= len(self._multiline)
-                )
+                ):
+                    self.packing = True
+                else:
+                    self._stop_packing()
                 while publisher.lost is None:
                     outbox = self._outbox
                     while outbox and publisher.write_buffer_size() < WRITE_BUFFER_LIMIT:
@@ -298,7 +303,7 @@ class RedisTransport:
                 log.warning("Redis subscription lost (%s); reconnecting in %.1fs", exc, delay)
             finally:
                 self.connected.clear()
-                self.packing = False  # whoever subscribes meanwhile has not been counted
+                self._stop_packing()  # whoever subscribes meanwhile has not been counted
                 if link is not None:
                     self.handler.lost_connection(link)
                     if self.link is link:
@@ -357,9 +362,22 @@ class RedisTransport:
 
     def _forget_multiline(self) -> None:
         """Someone (re)subscribed: stop packing, and count again who reads packed messages."""
-        self.packing = False
+        self._stop_packing()
         self._multiline.clear()
         self._replicate_epoch += 1
+
+    def _stop_packing(self) -> None:
+        """Publish one command per message from now on.
+
+        A subscriber we had not counted may have received packed messages it could not read, after
+        a POSITION it did process (one not sent for its REPLICATE, which had not reached us yet). So
+        every stream's ``POSITION t t`` goes out first (``on_gap``), ``t`` the last token sent: such
+        a reader is behind ``t`` and catches up from the database before any later row.
+        """
+        if self.packing:
+            self.packing = False
+            if self.on_gap is not None:
+                self.on_gap()
 
     def _handle(self, link: RedisLink, data: bytes) -> None:
         if data.startswith(MULTILINE):
