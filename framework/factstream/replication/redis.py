@@ -72,6 +72,8 @@ _data = itemgetter(2)
 MULTILINE = b"FS_MULTILINE "
 #: Lines per packed message at most.
 PACKED_LINES = 1_000
+#: After a REPLICATE, how soon the subscribers are counted again (so packing resumes quickly).
+RECOUNT_SECONDS = 0.1
 
 
 class RedisLink:
@@ -120,6 +122,8 @@ class RedisTransport:
         #: Bumped by every ``REPLICATE`` (someone subscribed): a subscriber count asked for before it
         #: may not include the newcomer, so it cannot turn packing on.
         self._replicate_epoch = 0
+        #: When the publishing task counts the subscribers early (after a REPLICATE), if it will.
+        self._recount_at: float | None = None
         self._announcement = MULTILINE + settings.instance_name.encode("utf-8")
         self._may_pack = settings.replication.redis_packing
         # Our own RDATA and POSITION come back to us: recognised by prefix, before any parsing.
@@ -213,6 +217,7 @@ class RedisTransport:
                         if self.on_gap is not None:
                             self.on_gap()  # positions first: readers catch up what was dropped
                 checked = loop.time()
+                self._recount_at = None
                 subscribed = self.link is not None  # then one of the subscribers is us
                 epoch = self._replicate_epoch
                 reply = await publisher.command("PUBSUB", "NUMSUB", self._channel)
@@ -242,10 +247,15 @@ class RedisTransport:
                         await publisher.writable.wait()
                         continue
                     self._outbox_ready.clear()
+                    # A REPLICATE asks for an early count: its sender and the peers' announcements
+                    # answering it are on the channel within milliseconds.
+                    due = checked + PEER_CHECK_SECONDS
+                    if self._recount_at is not None:
+                        due = min(due, self._recount_at)
                     with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(max(0.0, checked + PEER_CHECK_SECONDS - loop.time())):
+                        async with asyncio.timeout(max(0.0, due - loop.time())):
                             await self._outbox_ready.wait()
-                    if loop.time() >= checked + PEER_CHECK_SECONDS:
+                    if loop.time() >= due:
                         break  # time to count the subscribers again (which also checks the connection)
             except asyncio.CancelledError:
                 raise
@@ -365,6 +375,9 @@ class RedisTransport:
         self._stop_packing()
         self._multiline.clear()
         self._replicate_epoch += 1
+        if self._recount_at is None:
+            self._recount_at = asyncio.get_running_loop().time() + RECOUNT_SECONDS
+            self._outbox_ready.set()  # wakes the publishing task, which then waits for the recount
 
     def _stop_packing(self) -> None:
         """Publish one command per message from now on.
