@@ -343,12 +343,14 @@ class RedisTransport:
     def _dispatch(self, link: RedisLink, replies: list[Any]) -> None:
         own = self._own
         datas: list[bytes] = list(map(_data, replies))
+        if datas[0].startswith(own) and all(map(methodcaller("startswith", own), datas)):
+            return  # a writer mostly receives its own echoes (a packed one holds only its own RDATA)
         joined = b"\n".join(datas)
         if joined.count(b"\n") != len(datas) - 1:
             datas = joined.split(b"\n")  # packed messages: a line each
         if datas[0].startswith(own):
             if all(map(methodcaller("startswith", own), datas)):
-                return  # a writer mostly receives its own echoes
+                return
         elif len(datas) > 1:
             # A reader mostly receives runs of another writer's RDATA: one run, recognised at once
             # (a run is one writer's, and its first line is not ours).
