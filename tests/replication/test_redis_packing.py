@@ -61,8 +61,11 @@ async def test_a_subscriber_that_never_announced_gets_one_command_per_message(ma
         # ...so when packing stops, every stream's position goes out: had it processed an earlier
         # POSITION, it would see it is behind and catch up what it could not read.
         await until(lambda: any(m.startswith(b"POSITION notes main") for m in messages))
-        position = next(m for m in messages if m.startswith(b"POSITION notes main"))
-        assert int(position.split()[4]) >= early[-1], position
+        at = next(i for i, m in enumerate(messages) if m.startswith(b"POSITION notes main"))
+        packed = [m for m in messages[:at] if m.startswith(b"RDATA notes main") and b"\n" in m]
+        last_packed = max((int(m.rpartition(b"\n")[2].split()[3]) for m in packed), default=0)
+        assert int(messages[at].split()[4]) >= last_packed, messages[at]
+        await until(lambda: [t for _, _, t, _ in received("worker1")] == early)
         await publisher.command("PUBLISH", "packing-foreign", "REPLICATE")
         seen = len(messages)
         await asyncio.sleep(2.5)  # two subscriber counts later, still off
