@@ -35,7 +35,7 @@ class _Stream:
         except msgspec.ValidationError as exc:
             raise RowError(str(exc)) from None
 
-    def decode_rows(self, texts: list[bytes]) -> list[Row | None]:
+    def decode_rows(self, texts: list[bytes], _array: bytes) -> list[Row | None]:
         out: list[Row | None] = []
         for text in texts:
             try:
@@ -71,14 +71,20 @@ class _Writer:
         return ("127.0.0.1", 1)
 
 
-async def _deliver(lines: list[bytes], runs: bool) -> tuple[list[tuple[str, int, list[Row]]], dict[str, int], bytes]:
+def recording_handler(instance: str) -> tuple[_Stream, list[tuple[str, int, list[Row]]], ReplicationHandler]:
+    """A handler for one in-memory stream ``s`` whose rows callback records ``(writer, token, rows)``."""
     stream = _Stream()
     seen: list[tuple[str, int, list[Row]]] = []
     handler = ReplicationHandler(
-        "reader",
+        instance,
         [stream],
         on_rows=[lambda _s, i, t, rows: seen.append((i, t, list(rows)))],  # type: ignore[list-item]
     )
+    return stream, seen, handler
+
+
+async def _deliver(lines: list[bytes], runs: bool) -> tuple[list[tuple[str, int, list[Row]]], dict[str, int], bytes]:
+    stream, seen, handler = recording_handler("reader")
     writer = _Writer()
     conn = TcpConnection(
         None,  # type: ignore[arg-type]

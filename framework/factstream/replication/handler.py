@@ -64,11 +64,12 @@ class RdataRun:
     """Consecutive RDATA lines of one stream and writer, as a TCP link read them in one chunk.
 
     ``tokens[i]`` is the i-th line's token (``None`` for ``batch``), ``texts[i]`` its row's JSON text
-    (checked to be exactly one JSON value) and ``lines[i]`` the raw line (for relaying). Processing a
+    (checked to be exactly one JSON value), ``array`` the texts as one JSON array (what that check
+    parsed, kept for the decoding) and ``lines[i]`` the raw line (for relaying). Processing a
     run is exactly processing its lines one at a time, in order; it only saves the per-line machinery.
     """
 
-    __slots__ = ("instance_name", "lines", "stream_name", "texts", "tokens")
+    __slots__ = ("array", "instance_name", "lines", "stream_name", "texts", "tokens")
 
     def __init__(
         self,
@@ -76,12 +77,14 @@ class RdataRun:
         instance_name: str,
         tokens: list[int | None],
         texts: Sequence[bytes],
+        array: bytes,
         lines: list[bytes],
     ) -> None:
         self.stream_name = stream_name
         self.instance_name = instance_name
         self.tokens = tokens
         self.texts = texts
+        self.array = array
         self.lines = lines
 
 
@@ -293,7 +296,7 @@ class ReplicationHandler:
         if run.stream_name not in self._connected.get(conn, ()):
             return  # wait for the POSITION, whose catch-up reads these rows from the database
         instance = run.instance_name
-        rows = stream.decode_rows(run.texts)
+        rows = stream.decode_rows(run.texts, run.array)
         key = (run.stream_name, instance)
         seen = max(pending.get(instance, 0), stream.current_token(instance))
         batch = self._batches.pop(key, None)
@@ -337,7 +340,7 @@ class ReplicationHandler:
         A lone callback with a ``many(stream, instance, tokens, rows)`` attribute (the plugin host's,
         see ``PluginHost.rows_callback``) gets the whole run in one call, which makes the same calls.
         """
-        callbacks = self._rows_callbacks.get(stream.name) or self._callbacks_for(stream.name)
+        callbacks = self._callbacks_for(stream.name)
         if len(callbacks) == 1:
             many = getattr(callbacks[0], "many", None)
             if many is not None:

@@ -287,8 +287,7 @@ class RedisTransport:
                 self.handler.new_connection(link)
                 await client.subscribe(self._channel, functools.partial(self._receive, client, link))
                 self.link = link
-                self._forget_multiline()
-                self._publish(self._channel, [self._announcement])  # before REPLICATE: peers re-announce on it
+                self._forget_multiline()  # and announce ourselves, before REPLICATE: peers re-announce on it
                 self.send(c.ReplicateCommand())
                 if self.on_connected is not None:
                     self.on_connected()
@@ -348,10 +347,7 @@ class RedisTransport:
         joined = b"\n".join(datas)
         if joined.count(b"\n") != len(datas) - 1:
             datas = joined.split(b"\n")  # packed messages: a line each
-        if datas[0].startswith(own):
-            if all(map(methodcaller("startswith", own), datas)):
-                return
-        elif len(datas) > 1:
+        if len(datas) > 1 and not datas[0].startswith(own):
             # A reader mostly receives runs of another writer's RDATA: one run, recognised at once
             # (a run is one writer's, and its first line is not ours).
             run = uniform_run(datas, self.max_line)
@@ -373,13 +369,15 @@ class RedisTransport:
             log.warning("ignoring RDATA from %s: %s", run.instance_name, exc)
 
     def _forget_multiline(self) -> None:
-        """Someone (re)subscribed: stop packing, and count again who reads packed messages."""
+        """Someone (re)subscribed: stop packing, count again who reads packed messages, and announce
+        that we do (for the count that may turn packing back on)."""
         self._stop_packing()
         self._multiline.clear()
         self._replicate_epoch += 1
         if self._recount_at is None:
             self._recount_at = asyncio.get_running_loop().time() + RECOUNT_SECONDS
             self._outbox_ready.set()  # wakes the publishing task, which then waits for the recount
+        self._publish(self._channel, [self._announcement])
 
     def _stop_packing(self) -> None:
         """Publish one command per message from now on.
@@ -407,7 +405,6 @@ class RedisTransport:
         if type(cmd) is c.ReplicateCommand:
             self._peers = True  # someone (re)subscribed: answer them, and keep sending
             self._forget_multiline()
-            self._publish(self._channel, [self._announcement])  # for the count that may turn packing on
         try:
             self.handler.on_command(link, cmd)
         except ProtocolError as exc:

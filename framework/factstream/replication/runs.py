@@ -24,9 +24,10 @@ _decode_raws = msgspec.json.Decoder(list[msgspec.Raw]).decode
 _RUN_PATTERNS: dict[bytes, re.Pattern[bytes]] = {}
 
 
-def one_json_value_each(texts: Sequence[bytes], max_line: int | None) -> bool:
-    """Whether every text is exactly one JSON value, in UTF-8 (and none longer than ``max_line``;
-    ``None`` if the caller has checked the lengths), checked for all texts at once.
+def json_array(texts: Sequence[bytes], max_line: int | None) -> bytes | None:
+    """The texts as one JSON array if every text is exactly one JSON value, in UTF-8 (and none
+    longer than ``max_line``; ``None`` if the caller has checked the lengths); else ``None``.
+    Checked for all texts at once.
 
     The texts are joined into one JSON array and its elements found without being built
     (``msgspec.Raw``). Valid JSON is not enough: ``[1``, ``2]`` and ``3,4`` join into three valid
@@ -35,18 +36,18 @@ def one_json_value_each(texts: Sequence[bytes], max_line: int | None) -> bool:
     a value makes it shorter than its text; such rows take the per-line path, which accepts them.)
     """
     if max_line is not None and max(map(len, texts), default=0) > max_line:
-        return False
+        return None
     blob = b"[" + b",".join(texts) + b"]"
     if not blob.isascii():
         try:
             blob.decode("utf-8")
         except UnicodeDecodeError:
-            return False
+            return None
     try:
         raws = _decode_raws(blob)
     except (msgspec.DecodeError, RecursionError):
-        return False
-    return list(map(len, raws)) == list(map(len, texts))
+        return None
+    return blob if list(map(len, raws)) == list(map(len, texts)) else None
 
 
 def uniform_run(lines: list[bytes], max_line: int) -> RdataRun | None:
@@ -75,14 +76,15 @@ def uniform_run(lines: list[bytes], max_line: int) -> RdataRun | None:
         return None
     # Column-wise, in C: a run is hundreds of lines and this runs for every chunk a busy link reads.
     words, texts = zip(*found, strict=True)  # every match is a (token, row) pair
-    if not one_json_value_each(texts, None):  # the lines' lengths are checked above
+    array = json_array(texts, None)  # the lines' lengths are checked above
+    if array is None:
         return None
     tokens: list[int | None]
     if b"batch" in words:
         tokens = [None if token == b"batch" else int(token) for token in words]
     else:
         tokens = list(map(int, words))
-    return RdataRun(stream, instance, tokens, texts, lines)
+    return RdataRun(stream, instance, tokens, texts, array, lines)
 
 
 def split_runs(lines: list[bytes], max_line: int) -> Iterator[RdataRun | bytes]:
@@ -124,13 +126,13 @@ def split_runs(lines: list[bytes], max_line: int) -> Iterator[RdataRun | bytes]:
                 break
             texts.append(words[4].rstrip(b"\r"))
             end += 1
-        clean = end > start and one_json_value_each(texts, max_line)
+        array = json_array(texts, max_line) if end > start else None
         names = utf8(stream), utf8(instance)
-        if not clean or names[0] is None or names[1] is None:
+        if array is None or names[0] is None or names[1] is None:
             yield line  # not a clean run: the per-line path parses (and, if need be, rejects) it
             start += 1
             continue
-        yield RdataRun(names[0], names[1], tokens, texts, lines[start:end])
+        yield RdataRun(names[0], names[1], tokens, texts, array, lines[start:end])
         start = end
 
 

@@ -94,15 +94,16 @@ class ReplicatedStream:
             raise RowError(f"stream {self.name!r}: bad row {raw!r}: {exc}") from None
         return self.spec.row_type(*msgspec.structs.astuple(wire))
 
-    def decode_rows(self, texts: Sequence[bytes]) -> list[Any]:
-        """The row type from many JSON texts (exactly one value each), ``None`` in place of each bad one.
+    def decode_rows(self, texts: Sequence[bytes], array: bytes) -> list[Any]:
+        """The row type from many JSON texts (exactly one value each), ``None`` in place of each bad one;
+        ``array`` is the texts joined into one JSON array.
 
-        All at once when every row fits: one msgspec call decodes them into the wire type, and the
-        rows are built in C-level passes (this runs for every replicated row). Otherwise row by row,
-        each read exactly as a single RDATA line's row is.
+        All at once when every row fits: one msgspec call decodes the array into the wire type, and
+        the rows are built in C-level passes (this runs for every replicated row). Otherwise row by
+        row, each read exactly as a single RDATA line's row is.
         """
         try:
-            wires = self._decode_wires(b"[" + b",".join(texts) + b"]")
+            wires = self._decode_wires(array)
         except (msgspec.DecodeError, RecursionError):  # msgspec.ValidationError is a DecodeError
             return [self._row_from_text(text) for text in texts]
         return list(itertools.starmap(self.spec.row_type, map(msgspec.structs.astuple, wires)))
