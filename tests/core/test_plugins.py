@@ -299,17 +299,22 @@ async def _deliver(callback, token: int) -> None:
         await result
 
 
+def _install_rows_log(plugin_installer: PluginInstaller, name: str, kind: str, failing_token: int | None) -> None:
+    """A plugin recording its ``on_rows`` calls (``kind``: "sync" or "async"), raising at ``failing_token``."""
+    body = "pass" if failing_token is None else f"if token == {failing_token}: raise RuntimeError('bad row')"
+    source = ROWS_LOG
+    if kind == "async":
+        source = source.replace("def on_rows", "async def on_rows")
+        body = "await asyncio.sleep(0)\n        " + body
+    plugin_installer.from_source(name, source.format(name=name, body=body))
+
+
 @pytest.mark.parametrize("kind", ["sync", "async"])
 async def test_rows_reach_every_plugin_in_hook_order_and_a_raising_one_is_logged_by_name(
     plugin_installer: PluginInstaller, caplog, kind
 ):
-    body = {
-        "sync": "if token == 2: raise RuntimeError('bad row')",
-        "async": "await asyncio.sleep(0)\n        if token == 2: raise RuntimeError('bad row')",
-    }[kind]
-    source = ROWS_LOG.replace("def on_rows", "async def on_rows") if kind == "async" else ROWS_LOG
-    plugin_installer.from_source("alpha", source.format(name="alpha", body=body))
-    plugin_installer.from_source("beta", source.format(name="beta", body="pass"))
+    _install_rows_log(plugin_installer, "alpha", kind, failing_token=2)
+    _install_rows_log(plugin_installer, "beta", kind, failing_token=None)
     host = load_plugins()
     callback = host.rows_callback(object())
 
@@ -389,12 +394,7 @@ async def test_a_run_of_tokens_reaches_a_single_plugin_in_order_one_token_at_a_t
     plugin_installer: PluginInstaller, caplog, kind
 ):
     """The handler hands a lone plugin a whole run (``callback.many``): the same calls as token by token."""
-    body = {
-        "sync": "if token == 12: raise RuntimeError('bad row')",
-        "async": "await asyncio.sleep(0)\n        if token == 12: raise RuntimeError('bad row')",
-    }[kind]
-    source = ROWS_LOG.replace("def on_rows", "async def on_rows") if kind == "async" else ROWS_LOG
-    plugin_installer.from_source("alpha", source.format(name="alpha", body=body))
+    _install_rows_log(plugin_installer, "alpha", kind, failing_token=12)
     host = load_plugins()
     callback = host.rows_callback(object())
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from factstream.config import load_config
-from factstream.replication.handler import ReplicationHandler
 from factstream.replication.redis import RedisLink, RedisTransport
-from tests.replication.test_rdata_runs import Row, _Stream
+from tests.replication.test_rdata_runs import Row, recording_handler
 
 
 def _message(line: str) -> list[bytes]:
@@ -16,13 +15,7 @@ def _message(line: str) -> list[bytes]:
 
 
 async def test_own_echoes_are_dropped_and_every_other_line_is_delivered_in_order():
-    stream = _Stream()
-    seen: list[tuple[str, int, list[Row]]] = []
-    handler = ReplicationHandler(
-        "me",
-        [stream],
-        on_rows=[lambda _s, i, t, rows: seen.append((i, t, list(rows)))],  # type: ignore[list-item]
-    )
+    stream, seen, handler = recording_handler("me")
     settings = load_config(environ={}, deployment="d", instance_name="me", redis={"url": "redis://127.0.0.1:1/0"})
     transport = RedisTransport(settings, handler)
     link = RedisLink(transport, 1)
