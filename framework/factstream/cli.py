@@ -79,10 +79,34 @@ def _root(
     state.settings  # noqa: B018 - a bad config file is an error for every command
 
 
+#: The name of the handler this module installs on the root logger (so it is installed once).
+LOG_HANDLER_NAME = "factstream.cli"
+#: A log record on stderr when stderr is not a terminal (a file, a pipe, journald). One line per
+#: record, never wrapped, and a traceback follows as Python prints it, so that a log file can be
+#: searched line by line and a traceback pasted back intact.
+PLAIN_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _log_handler(*, show_level: bool = True) -> logging.Handler:
+    """A stderr handler: rich on a terminal, plain unwrapped lines otherwise.
+
+    Rich lays a record out in columns and wraps it to the console's width, which is 80 (or
+    ``$COLUMNS``) when stderr is not a terminal: in a log file that split long lines and tracebacks.
+    So rich is used only when a person is looking at the output.
+    """
+    if err.is_terminal:
+        return RichHandler(console=err, show_time=False, show_path=False, show_level=show_level)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(PLAIN_LOG_FORMAT if show_level else "%(message)s"))
+    return handler
+
+
 def _setup_logging(level: int) -> None:
     root = logging.getLogger()
-    if not any(isinstance(h, RichHandler) for h in root.handlers):
-        root.addHandler(RichHandler(console=err, show_time=False, show_path=False))
+    if not any(h.name == LOG_HANDLER_NAME for h in root.handlers):
+        handler = _log_handler()
+        handler.name = LOG_HANDLER_NAME
+        root.addHandler(handler)
     root.setLevel(level)
     if os.environ.get("FACTSTREAM_TRACE_HOOKS"):
         logging.getLogger("factstream.hooks").setLevel(logging.INFO)
@@ -133,9 +157,7 @@ def _migrator() -> Any:
 
 def _alembic_progress() -> None:
     logging.getLogger("alembic.runtime.migration").setLevel(logging.INFO)
-    logging.getLogger("alembic").addHandler(
-        RichHandler(console=err, show_time=False, show_path=False, show_level=False)
-    )
+    logging.getLogger("alembic").addHandler(_log_handler(show_level=False))
     logging.getLogger("alembic").propagate = False
 
 
