@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from factstream.errors import ConfigError
@@ -23,6 +23,8 @@ from factstream.specs import NAME_RE
 
 DEFAULT_CONFIG_FILE = "factstream.yaml"
 ENV_PREFIX = "FACTSTREAM_"
+#: Shortest accepted ``replication.secret``.
+MIN_SECRET_LENGTH = 16
 
 
 class _Section(BaseModel):
@@ -86,6 +88,22 @@ class ReplicationConfig(_Section):
             "it reads them (false: always one command per message, as the reference)"
         ),
     )
+    secret: SecretStr | None = Field(
+        default=None,
+        description=(
+            "shared secret of the deployment's replication links: TCP peers prove it (HMAC over a nonce) and "
+            "Redis messages are signed with it; absent = no authentication, as the reference"
+        ),
+    )
+
+    @field_validator("secret")
+    @classmethod
+    def _secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or value.get_secret_value() == "":
+            return None
+        if len(value.get_secret_value()) < MIN_SECRET_LENGTH:
+            raise ValueError(f"must be at least {MIN_SECRET_LENGTH} characters long (a random string)")
+        return value
 
 
 class CachesConfig(_Section):
@@ -278,7 +296,12 @@ def _describe(exc: ValidationError, source: str, environ: Mapping[str, str]) -> 
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
         value = err.get("input")
-        hidden = err["type"] in {"extra_forbidden", "missing"} or isinstance(value, dict) or repr(value) in msg
+        hidden = (
+            err["type"] in {"extra_forbidden", "missing"}
+            or isinstance(value, dict)
+            or repr(value) in msg
+            or loc[-1:] == ["secret"]  # never echo a secret into logs
+        )
         shown = "" if hidden else f" (got {value!r})"
         lines.append(f"{key}{origin}: {msg}{shown}")
     return f"invalid configuration in {source}: " + "; ".join(lines)

@@ -53,6 +53,12 @@ class _Stream:
     def can_discard_position(self, instance: str, token: int) -> bool:
         return token <= self.current_token(instance)
 
+    def may_write(self, instance: str) -> bool:
+        return True  # anyone writes this stream
+
+    def position_allowed(self, token: int) -> bool:
+        return True  # no sequence here
+
     async def get_updates_since(self, instance: str, low: int, high: int, limit: int) -> tuple[list, int, bool]:
         return [], high, False
 
@@ -99,7 +105,7 @@ async def _deliver(lines: list[bytes], runs: bool) -> tuple[list[tuple[str, int,
     handler.new_connection(conn)
     handler._connected[conn].add("s")
     for start in range(0, len(lines), 7):  # several chunks, so runs also end at chunk borders
-        if not conn._receive_lines(lines[start : start + 7]):
+        if not await conn._receive_lines(lines[start : start + 7]):
             break
         await asyncio.sleep(0)
     await handler.drained()

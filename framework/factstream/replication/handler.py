@@ -17,6 +17,15 @@ Guarantees, per stream:
 * For every token: first the plugins see the rows (cache invalidation, ``on_rows`` hooks), then the
   ID generator advances, then waiters wake. A reader that waits for a position therefore never reads
   state that the rows at that position made stale.
+
+Peers speak only for themselves (docs/security.md). RDATA and POSITION are accepted only under the
+name of an instance configured to write that stream (or any, for streams anyone writes), never under
+this process's own name, and, on a link whose peer is one instance (a TCP client seen from the
+server), only under that peer's name. A refusal raises :class:`ProtocolError` on such a link (TCP
+answers ``ERROR`` and closes); on a link that carries many instances' commands (Redis, the hub seen
+from a client) the command is dropped and logged. A POSITION can never move a position past what the
+stream's sequence has handed out: one beyond what this process knows to be allocated is checked
+against the sequence first (:meth:`ReplicationHandler.check_position`).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import contextlib
 import inspect
 import itertools
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, Protocol, cast
@@ -48,10 +58,18 @@ ScopedRowsCallback = tuple[RowsCallback, Collection[str]]
 PositionCallback = Callable[[ReplicatedStream, str, int], Awaitable[None] | None]
 
 
+#: Seconds between two log lines about refused commands of one kind from one sender.
+REFUSAL_LOG_SECONDS = 60.0
+
+
 class Connection(Protocol):
     """What the handler needs of a transport connection."""
 
     name: str
+    #: The one instance this link's peer speaks for (``None``: not known yet, or see ``relays``).
+    peer: str | None
+    #: Whether the link carries several instances' commands (Redis, the hub seen from a client).
+    relays: bool
 
     def send(self, command: c.Command) -> None: ...
 
@@ -137,6 +155,9 @@ class ReplicationHandler:
         self.max_backlog = max_backlog
         self._capacity = asyncio.Event()
         self._capacity.set()
+        self._refusals_logged: dict[tuple[str, str, str], float] = {}
+        #: Commands refused because of who sent them or what they claimed, since start.
+        self.refused = 0
 
     # -- connections -------------------------------------------------------------------------------
 
@@ -154,15 +175,19 @@ class ReplicationHandler:
     # -- inbound -----------------------------------------------------------------------------------
 
     def on_command(self, conn: Connection, cmd: c.Command) -> None:
-        """Dispatch one parsed command; raises :class:`ProtocolError` for what must close a TCP link."""
+        """Dispatch one parsed command; raises :class:`ProtocolError` for what must close a TCP link.
+
+        Returns normally having accepted the command or, on a relaying link, having dropped a
+        refused one; only an accepted command may be passed on to others (the TCP hub relays it).
+        """
         kind = type(cmd)
         if kind is c.RdataCommand or kind is c.PositionCommand:
             cmd = cast("c.RdataCommand | c.PositionCommand", cmd)
             stream = self.streams.get(cmd.stream_name)
             if stream is None:
                 raise ProtocolError(f"unknown stream {cmd.stream_name!r}")
-            if cmd.instance_name == self.instance_name:
-                return  # our own echo (Redis delivers our publications back to us)
+            if not self._accept_sender(conn, stream, cmd.instance_name, cmd.NAME):
+                return
             if (
                 isinstance(cmd, c.PositionCommand)
                 and cmd.stream_name in self._connected.get(conn, ())
@@ -184,11 +209,77 @@ class ReplicationHandler:
 
     def on_rdata_run(self, conn: Connection, run: RdataRun) -> None:
         """Dispatch a run of RDATA lines (see :class:`RdataRun`); raises :class:`ProtocolError` like ``on_command``."""
-        if run.stream_name not in self.streams:
+        stream = self.streams.get(run.stream_name)
+        if stream is None:
             raise ProtocolError(f"unknown stream {run.stream_name!r}")
-        if run.instance_name == self.instance_name:
-            return
-        self._enqueue(conn, run, len(run.tokens))
+        if self._accept_sender(conn, stream, run.instance_name, "RDATA"):
+            self._enqueue(conn, run, len(run.tokens))
+
+    # -- who may say what --------------------------------------------------------------------------
+
+    def refusal(self, conn: Connection, stream: ReplicatedStream, instance: str) -> str | None:
+        """Why ``conn`` may not send ``stream``'s RDATA or POSITION under ``instance``'s name, or None."""
+        if instance == self.instance_name:
+            return f"{instance} is this process's own instance name"
+        if not conn.relays and instance != conn.peer:
+            if conn.peer is None:
+                return f"a peer must send NAME before it speaks for {instance}"
+            return f"peer {conn.peer} cannot speak for {instance}"
+        if not stream.may_write(instance):
+            return f"instance {instance} is not configured to write stream {stream.name} (stream_writers)"
+        return None
+
+    def _accept_sender(self, conn: Connection, stream: ReplicatedStream, instance: str, what: str) -> bool:
+        """True to accept; False to drop silently (a relaying link); raises ProtocolError otherwise."""
+        reason = self.refusal(conn, stream, instance)
+        if reason is None:
+            return True
+        if conn.relays and instance == self.instance_name:
+            return False  # our own echo (Redis delivers our publications back to us)
+        self.refused += 1
+        if not conn.relays:
+            raise ProtocolError(f"{what} {stream.name} {instance}: {reason}")
+        self._log_refusal(
+            conn, stream.name, instance, f"dropping {what} {stream.name} {instance} from {conn.name}: {reason}"
+        )
+        return False
+
+    def _log_refusal(self, conn: Connection, stream: str, instance: str, message: str) -> None:
+        """Log a dropped command, at most once a minute per (link, stream, sender): a flood stays one line."""
+        key = (conn.name, stream, instance)
+        now = time.monotonic()
+        if now - self._refusals_logged.get(key, -REFUSAL_LOG_SECONDS) >= REFUSAL_LOG_SECONDS:
+            self._refusals_logged[key] = now
+            log.warning("%s", message)
+
+    def position_known(self, conn: Connection, cmd: c.PositionCommand) -> bool:
+        """Whether ``cmd`` needs no :meth:`check_position`: its token is at most what this process
+        knows the stream's sequence to have handed out (or the stream is unknown: refused anyway)."""
+        stream = self.streams.get(cmd.stream_name)
+        return stream is None or stream.position_allowed(cmd.new_token)
+
+    async def check_position(self, conn: Connection, cmd: c.PositionCommand) -> str | None:
+        """Why ``cmd`` must be refused, or None: the sender must be allowed to send it, and its token
+        cannot be beyond the highest ID the stream's sequence has handed out (read again if needed).
+
+        A writer's position is always an ID it was handed: a POSITION beyond the sequence is forged
+        or corrupt, and accepting it would move the watermark past IDs not yet allocated (readers
+        would skip them, and this process could hand them out twice).
+        """
+        stream = self.streams.get(cmd.stream_name)
+        if stream is None:
+            return None
+        reason = self.refusal(conn, stream, cmd.instance_name)
+        if reason is not None or stream.position_allowed(cmd.new_token):
+            return reason
+        bound = await stream.refresh_allocated()
+        if stream.position_allowed(cmd.new_token):
+            return None
+        self.refused += 1
+        return (
+            f"POSITION {cmd.stream_name} {cmd.instance_name} {cmd.new_token}: beyond the highest ID "
+            f"the stream's sequence has handed out ({bound})"
+        )
 
     def _enqueue(self, conn: Connection, cmd: c.Command | RdataRun, weight: int = 1) -> None:
         name = cmd.stream_name  # type: ignore[union-attr]
@@ -364,6 +455,12 @@ class ReplicationHandler:
             cmd.instance_name, cmd.new_token
         ):
             return
+        if not stream.position_allowed(cmd.new_token):
+            # TCP checks before dispatching; Redis cannot wait in its read callback, so here.
+            reason = await self.check_position(conn, cmd)
+            if reason is not None:
+                self._log_refusal(conn, cmd.stream_name, cmd.instance_name, f"dropping {reason} (from {conn.name})")
+                return
         for streams in self._connected.values():
             streams.discard(cmd.stream_name)
         self._batches.pop((cmd.stream_name, cmd.instance_name), None)

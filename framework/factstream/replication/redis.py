@@ -24,6 +24,12 @@ anyway, and catches up from the database. Whenever packing stops, every stream's
 goes out first, for a subscriber that processed some earlier POSITION and then could not read packed
 rows. Received messages are split into lines either way.
 
+With ``replication.secret`` set, every message published is signed with this instance's name and
+every message received must carry a valid signature (:meth:`ReplicationSecret.sign`); others are
+dropped, counted and logged before they are parsed, and so is every RDATA or POSITION line of a
+signed message that is not under its signer's name (decision 17). Reads made only of own echoes are
+recognised by their prefix first, unchecked.
+
 Both connections speak RESP directly (:mod:`factstream.replication.resp`). Lines are published as
 they are sent, written straight to the socket, with the replies counted as they come back; a
 pipeline not yet answered when the connection breaks is published again after reconnecting (a
@@ -46,6 +52,7 @@ from typing import Any
 
 from factstream.config import Settings
 from factstream.replication import commands as c
+from factstream.replication.auth import ReplicationSecret
 from factstream.replication.handler import ProtocolError, RdataRun, ReplicationHandler
 from factstream.replication.resp import RedisAddress, RespClient, RespError
 from factstream.replication.runs import split_runs, uniform_run
@@ -77,7 +84,13 @@ RECOUNT_SECONDS = 0.1
 
 
 class RedisLink:
-    """The handler's view of one subscription (a new object after each reconnection)."""
+    """The handler's view of one subscription (a new object after each reconnection).
+
+    A channel carries every instance's commands: the handler checks each against its sender's name.
+    """
+
+    peer: str | None = None
+    relays = True
 
     def __init__(self, transport: RedisTransport, generation: int) -> None:
         self.transport = transport
@@ -126,6 +139,13 @@ class RedisTransport:
         self._recount_at: float | None = None
         self._announcement = MULTILINE + settings.instance_name.encode("utf-8")
         self._may_pack = settings.replication.redis_packing
+        self._secret = ReplicationSecret.from_settings(settings)
+        self._me = settings.instance_name.encode("utf-8")
+        #: Messages (or lines of signed messages) dropped: unsigned, wrongly signed, or not the signer's.
+        self.unsigned = 0
+        self._unsigned_logged = -60.0
+        #: Per signer, the line prefixes under its own name (``RDATA <stream> <signer> ``, ...).
+        self._signer_prefixes: dict[bytes, tuple[bytes, ...]] = {}
         # Our own RDATA and POSITION come back to us: recognised by prefix, before any parsing.
         own = settings.instance_name.encode("utf-8")
         self._own = tuple(
@@ -165,6 +185,9 @@ class RedisTransport:
         """Publish ``messages`` in order; ``commands`` is how many commands they hold (default: one each)."""
         if self._gap:
             return  # nothing may go out before the positions that make readers catch up
+        if self._secret is not None:
+            sign, me = self._secret.sign, self._me
+            messages = [sign(message, me) for message in messages]
         publisher = self._publisher
         if (
             not self._outbox
@@ -344,9 +367,14 @@ class RedisTransport:
         datas: list[bytes] = list(map(_data, replies))
         if datas[0].startswith(own) and all(map(methodcaller("startswith", own), datas)):
             return  # a writer mostly receives its own echoes (a packed one holds only its own RDATA)
-        joined = b"\n".join(datas)
-        if joined.count(b"\n") != len(datas) - 1:
-            datas = joined.split(b"\n")  # packed messages: a line each
+        if self._secret is not None:
+            datas = self._verified(datas)  # and split into lines
+            if not datas:
+                return
+        else:
+            joined = b"\n".join(datas)
+            if joined.count(b"\n") != len(datas) - 1:
+                datas = joined.split(b"\n")  # packed messages: a line each
         if len(datas) > 1 and not datas[0].startswith(own):
             # A reader mostly receives runs of another writer's RDATA: one run, recognised at once
             # (a run is one writer's, and its first line is not ours).
@@ -361,6 +389,53 @@ class RedisTransport:
                 self._handle(link, item)
                 continue
             self._dispatch_run(link, item)
+
+    def _verified(self, messages: list[bytes]) -> list[bytes]:
+        """The lines of the messages signed with the secret, each RDATA and POSITION line under its
+        signer's name; everything else is dropped (and counted, and logged)."""
+        assert self._secret is not None
+        lines: list[bytes] = []
+        for message in messages:
+            opened = self._secret.open(message)
+            if opened is None:
+                self._drop_unsigned(message, "without a valid signature")
+                continue
+            signer, body = opened
+            prefixes = self._signer_prefixes.get(signer) or self._prefixes_of(signer)
+            parts = body.split(b"\n")
+            if all(map(methodcaller("startswith", prefixes), parts)):
+                lines += parts  # the usual case: every line is the signer's RDATA or POSITION
+                continue
+            for line in parts:
+                if line.startswith(prefixes) or not line.startswith((b"RDATA ", b"POSITION ")):
+                    lines.append(line)
+                elif line.split(b" ", 3)[2:3] == [signer]:
+                    lines.append(line)  # a stream this process does not know: the handler says so
+                else:
+                    self._drop_unsigned(line, f"signed by {signer!r} under another instance's name")
+        return lines
+
+    def _prefixes_of(self, signer: bytes) -> tuple[bytes, ...]:
+        prefixes = tuple(
+            b"%s %s %s " % (kind, name.encode("utf-8"), signer)
+            for name in self.handler.streams
+            for kind in (b"RDATA", b"POSITION")
+        )
+        if len(self._signer_prefixes) < 1_000:  # instances are few; forged names must not grow it without bound
+            self._signer_prefixes[signer] = prefixes
+        return prefixes
+
+    def _drop_unsigned(self, data: bytes, why: str) -> None:
+        self.unsigned += 1
+        now = asyncio.get_running_loop().time()
+        if now - self._unsigned_logged >= 60.0:  # a flood stays one line a minute
+            self._unsigned_logged = now
+            log.warning(
+                "ignoring a Redis message %s (replication.secret is set; %d dropped so far): %r",
+                why,
+                self.unsigned,
+                data[:120],
+            )
 
     def _dispatch_run(self, link: RedisLink, run: RdataRun) -> None:
         try:

@@ -67,6 +67,11 @@ class ReplicatedStream:
         #: get_next*, appended while nobody listened, or dropped).
         self._read_upto = max(self.last_token, id_gen.reserved_before_start)
         self._tables = {t.table for t in spec.tables}
+        #: Who may write this stream (empty: anyone), from the configuration.
+        self._writers = frozenset(id_gen.writers)
+        #: An ID the sequence is known to have handed out (normalised: positive): no writer's
+        #: position can be beyond the sequence, so a POSITION past this is checked against it.
+        self._allocated = id_gen.reserved_before_start
         if id_gen.is_writer and spec.update_function is None:
             id_gen.capture = self
 
@@ -83,6 +88,20 @@ class ReplicatedStream:
 
     def can_discard_position(self, instance: str, new_token: int) -> bool:
         return new_token <= self.current_token(instance)
+
+    def may_write(self, instance: str) -> bool:
+        """Whether ``instance`` is configured to write this stream (anyone, for a stream without writers)."""
+        return not self._writers or instance in self._writers
+
+    def position_allowed(self, token: int) -> bool:
+        """Whether ``token`` is at most an ID the sequence is known to have handed out (no query needed)."""
+        return token * self.factor <= self._allocated
+
+    async def refresh_allocated(self) -> int:
+        """Read the sequence's last handed-out ID again; returns it (a wire token)."""
+        value = await self.id_gen.get_max_allocated_token() * self.factor
+        self._allocated = max(self._allocated, value)
+        return self._allocated * self.factor
 
     # -- rows --------------------------------------------------------------------------------------
 

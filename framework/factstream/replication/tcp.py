@@ -12,6 +12,13 @@ reconnects and catches up from the database.
 Beyond the reference, clients may also send RDATA and POSITION (for streams they write), and the
 server relays those and REPLICATE to its other clients: the main instance is a hub, so several
 writers work over TCP too. A Synapse peer never sends them, so wire compatibility is unaffected.
+
+Trust (docs/security.md). A client speaks only for the instance it is: the one it proved with the
+shared secret (``FS_AUTH``, see :mod:`factstream.replication.auth`) or, without a secret, the one it
+``NAME``d; RDATA and POSITION under any other name, or before the peer has a name, are refused by the
+handler, and the hub relays only what the handler accepted. A POSITION announcing more than this
+process knows to have been allocated is checked against the stream's sequence before it is
+processed or relayed (reading from that peer pauses meanwhile).
 """
 
 from __future__ import annotations
@@ -23,9 +30,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, cast
 
 from factstream.replication import commands as c
+from factstream.replication.auth import AUTH, AUTH_OK, CHALLENGE, AuthError, ReplicationSecret, new_nonce
 from factstream.replication.handler import ProtocolError, RdataRun
 from factstream.replication.runs import split_runs
 
@@ -42,6 +50,8 @@ DispatchRun = Callable[["TcpConnection", RdataRun], None]
 READ_CHUNK = 256 * 1024
 #: Bytes handed to the socket between two waits for it to drain.
 WRITE_CHUNK = 256 * 1024
+#: Seconds a server waits for a client to authenticate (with a secret) before closing the link.
+AUTH_TIMEOUT = 10.0
 
 
 class Capacity(Protocol):
@@ -50,6 +60,16 @@ class Capacity(Protocol):
     def has_capacity(self) -> bool: ...
 
     async def wait_for_capacity(self) -> None: ...
+
+
+class PositionVetter(Protocol):
+    """Checks a POSITION against the stream's sequence before it is processed (the handler implements this)."""
+
+    def position_known(self, conn: TcpConnection, cmd: c.PositionCommand) -> bool:
+        """True if the POSITION needs no check (its token is at most what is known to be allocated)."""
+
+    async def check_position(self, conn: TcpConnection, cmd: c.PositionCommand) -> str | None:
+        """Why the POSITION must be refused, or None to accept it."""
 
 
 class TcpConnection:
@@ -70,8 +90,23 @@ class TcpConnection:
         capacity: Capacity | None = None,
         max_line: int = DEFAULT_MAX_LINE,
         dispatch_run: DispatchRun | None = None,
+        secret: ReplicationSecret | None = None,
+        vetter: PositionVetter | None = None,
     ) -> None:
         self.dispatch_run = dispatch_run
+        self.secret = secret
+        self.vetter = vetter
+        #: The instance this peer speaks for (server side: proved with the secret, or its NAME).
+        self.peer: str | None = None
+        #: Whether the peer passes on other instances' commands (the hub, seen from a client).
+        self.relays = side == "client"
+        #: Inbound commands beyond the handshake are accepted (with a secret: once the peer proved it).
+        self.trusted = secret is None
+        #: Queued commands may go out (with a secret: a server's once the client proved it, a
+        #: client's once it answered the challenge).
+        self.may_send = secret is None
+        self._nonce = new_nonce() if secret is not None else b""
+        self._server_nonce: bytes | None = None
         self.reader = reader
         self.max_line = max_line
         self.writer = writer
@@ -98,6 +133,7 @@ class TcpConnection:
         self._last_received = time.monotonic()
         self._received_ping = False
         self._paused = False
+        self._opened = time.monotonic()
         self.close_reason: str | None = None
 
     @property
@@ -121,7 +157,7 @@ class TcpConnection:
         """Queue ``lines`` whole encoded lines joined into one blob (shared by every connection)."""
         if self.closed:
             return
-        if not self._queue and self.writer.transport.get_write_buffer_size() < WRITE_CHUNK:
+        if not self._queue and self.may_send and self.writer.transport.get_write_buffer_size() < WRITE_CHUNK:
             # Nothing waits and the socket keeps up: write now (one syscall, no task switch).
             self.writer.write(blob)
             self._last_sent = time.monotonic()
@@ -132,6 +168,20 @@ class TcpConnection:
         self._queue.append((blob, lines))
         self._queued += lines
         self._ready.set()
+
+    def _write_now(self, blob: bytes) -> None:
+        """Write ahead of the queue: the greeting and the handshake, which precede everything else."""
+        if not self.closed:
+            self.writer.write(blob)
+            self._last_sent = time.monotonic()
+
+    def greet(self) -> None:
+        """The server's greeting: ``SERVER``, the challenge when a secret is set, and a ``PING``."""
+        lines = [c.encode_line(c.ServerCommand(self.server_name))]
+        if self.secret is not None:
+            lines.append(self.secret.challenge_line(self._nonce))
+        lines.append(c.encode_line(c.PingCommand(str(int(time.time() * 1000)))))
+        self._write_now(b"".join(lines))
 
     def _overflow(self) -> None:
         log.warning("replication peer %s cannot keep up (%d commands queued): disconnecting", self.name, self._queued)
@@ -195,7 +245,7 @@ class TcpConnection:
                 if len(partial) > self.max_line:
                     self.close("Line length exceeded")
                     return
-                if not self._receive_lines(lines):
+                if not await self._receive_lines(lines):
                     return
                 if self.capacity is not None and not self.capacity.has_capacity():
                     self._paused = True
@@ -208,20 +258,25 @@ class TcpConnection:
         except (ConnectionError, OSError):
             self.close()
 
-    def _receive_lines(self, lines: list[bytes]) -> bool:
+    async def _receive_lines(self, lines: list[bytes]) -> bool:
         """Receive a chunk's lines in order; False once the connection has been closed.
 
         Runs of RDATA lines for one stream and writer skip the per-line parse (see
         :func:`~factstream.replication.runs.split_runs`): their rows are validated as JSON in one
-        call and handed over as one :class:`RdataRun`.
+        call and handed over as one :class:`RdataRun`. Before the peer is trusted every line is
+        handled alone (the handshake comes first). A POSITION that needs checking against the
+        database holds up the lines after it until the check is done.
         """
-        if self.dispatch_run is None:
-            return all(self._receive_line(line) for line in lines)
-        for item in split_runs(lines, self.max_line):
+        items = split_runs(lines, self.max_line) if self.dispatch_run is not None and self.trusted else lines
+        for item in items:
             if isinstance(item, bytes):
-                if not self._receive_line(item):
+                result = self._receive_line(item)
+                if result is True:
+                    continue
+                if result is False or not await self._vet_position(result):
                     return False
                 continue
+            assert self.dispatch_run is not None
             try:
                 self.dispatch_run(self, item)
             except ProtocolError as exc:
@@ -229,23 +284,42 @@ class TcpConnection:
                 return False
         return True
 
-    def _receive_line(self, line: bytes) -> bool:
-        """Parse and dispatch one line; False once the connection has been closed because of it."""
+    def _receive_line(self, line: bytes) -> bool | c.PositionCommand:
+        """Parse and dispatch one line; False once the connection has been closed because of it, or
+        the POSITION it holds if that must be checked first (see :meth:`_vet_position`)."""
         if len(line) > self.max_line:
             self.close("Line length exceeded")
             return False
         if not line.strip():
             return True
+        if not self.trusted:
+            return self._receive_untrusted(line)
         try:
             cmd = c.parse_command(line)
         except c.CommandParseError as exc:
-            self.close(f"failed to parse line: {exc}")
+            if line.startswith(CHALLENGE + b" "):
+                log.error(
+                    "replication server %s asks for replication.secret, which is not set here: set the same "
+                    "secret on every instance",
+                    self.name,
+                )
+                self.close("replication.secret is not set on this instance")
+            else:
+                self.close(f"failed to parse line: {exc}")
             return False
         if cmd.NAME not in self.inbound:
             self.close(f"invalid command: {cmd.NAME}")
             return False
-        if type(cmd) is not c.RdataCommand and not self._protocol_command(cmd):
+        kind = type(cmd)
+        if kind is c.PositionCommand:
+            position = cast(c.PositionCommand, cmd)
+            if self.vetter is not None and not self.vetter.position_known(self, position):
+                return position
+        elif kind is not c.RdataCommand and not self._protocol_command(cmd):
             return False
+        return self._dispatch(cmd)
+
+    def _dispatch(self, cmd: c.Command) -> bool:
         try:
             self.dispatch(self, cmd)
         except ProtocolError as exc:
@@ -253,11 +327,86 @@ class TcpConnection:
             return False
         return True
 
+    async def _vet_position(self, cmd: c.PositionCommand) -> bool:
+        """Check a POSITION beyond what this process knows to be allocated before dispatching it."""
+        assert self.vetter is not None
+        reason = await self.vetter.check_position(self, cmd)
+        if self.closed:
+            return False
+        if reason is None:
+            return self._dispatch(cmd)
+        if self.relays:
+            # The hub checked it too: a configuration that differs between instances, not a reason
+            # to drop the link that carries every other writer's rows.
+            log.warning("dropping a POSITION relayed by %s: %s", self.name, reason)
+            return True
+        log.warning("refusing replication peer %s: %s", self.name, reason)
+        self.close(reason)
+        return False
+
+    def _receive_untrusted(self, line: bytes) -> bool:
+        """A line before the peer proved that it knows the secret: the handshake, or the end of the link."""
+        secret = self.secret
+        assert secret is not None
+        try:
+            if self.side == "server":
+                if not line.startswith(AUTH + b" "):
+                    raise AuthError("authentication required: replication.secret is set, send FS_AUTH first")
+                instance, client_nonce = secret.check_client(line, self._nonce)
+                if instance == self.local_name:
+                    raise AuthError(f"{instance!r} is this process's own instance name")
+                self.peer = self.name = instance
+                self.trusted = self.may_send = True
+                self._write_now(secret.accept_line(self._nonce, client_nonce, self.local_name))
+                self._ready.set()
+                return True
+            if line.startswith(CHALLENGE + b" ") and self._server_nonce is None:
+                self._server_nonce, auth = secret.answer_challenge(line, self._nonce, self.local_name)
+                self._write_now(auth)
+                self.may_send = True
+                self._ready.set()  # what was queued meanwhile (NAME, REPLICATE ...) goes out after the proof
+                return True
+            if line.startswith(AUTH_OK + b" ") and self._server_nonce is not None:
+                secret.check_server(line, self._server_nonce, self._nonce)
+                self.trusted = True
+                return True
+        except AuthError as exc:
+            log.warning("replication peer %s: %s", self.name, exc)
+            self.close(str(exc))
+            return False
+        # A client waiting for the server's proof accepts only the greeting, pings and errors.
+        try:
+            cmd = c.parse_command(line)
+        except c.CommandParseError as exc:
+            self.close(f"failed to parse line: {exc}")
+            return False
+        kind = type(cmd)
+        if kind is c.ServerCommand or kind is c.ErrorCommand or (kind is c.PingCommand and self._server_nonce):
+            return self._protocol_command(cmd)
+        if self._server_nonce is None:
+            log.error(
+                "replication server %s does not ask for replication.secret, which is set here: refusing it "
+                "(set the same secret on every instance)",
+                self.name,
+            )
+            self.close("replication.secret is set on this instance but the server did not ask for it")
+        else:
+            self.close(f"{cmd.NAME} before the server proved that it knows replication.secret")
+        return False
+
     def _protocol_command(self, cmd: c.Command) -> bool:
         """Handle the commands that belong to the link itself; False if the link was closed."""
         if isinstance(cmd, c.PingCommand):
             self._received_ping = True
         elif isinstance(cmd, c.NameCommand):
+            if self.side == "server":
+                if cmd.name == self.local_name:
+                    self.close(f"NAME {cmd.name}: that is this process's own instance name")
+                    return False
+                if self.peer is not None and cmd.name != self.peer:
+                    self.close(f"NAME {cmd.name}: this connection speaks for {self.peer}")
+                    return False
+                self.peer = cmd.name
             self.name = cmd.name
         elif isinstance(cmd, c.ErrorCommand):
             log.warning("replication peer %s reported an error: %s", self.name, cmd.message)
@@ -271,7 +420,7 @@ class TcpConnection:
             while not self.closed:
                 await self._ready.wait()
                 self._ready.clear()
-                while self._queue and not self.closed:
+                while self._queue and self.may_send and not self.closed:
                     size = 0
                     while self._queue and size < WRITE_CHUNK:
                         blob, lines = self._queue.popleft()
@@ -287,6 +436,9 @@ class TcpConnection:
         while not self.closed:
             await asyncio.sleep(self.ping_interval)
             now = time.monotonic()
+            if not self.trusted and now - self._opened > AUTH_TIMEOUT:
+                self.close("authentication timeout")
+                return
             if self._received_ping and not self._paused and now - self._last_received > self.ping_timeout:
                 self.close("ping timeout")
                 return
@@ -307,6 +459,8 @@ class Link:
     max_line: int = DEFAULT_MAX_LINE
     max_queue: int = DEFAULT_MAX_QUEUE
     capacity: Capacity | None = None
+    secret: ReplicationSecret | None = None
+    vetter: PositionVetter | None = None
 
     def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, side: Side) -> TcpConnection:
         return TcpConnection(
@@ -320,6 +474,8 @@ class Link:
             max_queue=self.max_queue,
             capacity=self.capacity,
             max_line=self.max_line,
+            secret=self.secret,
+            vetter=self.vetter,
         )
 
 
@@ -346,8 +502,7 @@ class TcpServer:
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
-        conn.send(c.ServerCommand(self.link.server_name))
-        conn.send(c.PingCommand(str(int(time.time() * 1000))))
+        conn.greet()
         self.link.on_connect(conn)
         try:
             await conn.run()
@@ -362,7 +517,7 @@ class TcpServer:
             return
         line = c.encode_line(command)
         for conn in list(self.connections):
-            if conn is not exclude:
+            if conn is not exclude and conn.may_send:  # nothing for a client that has not authenticated
                 conn.send_line(line)
 
     def send_lines_all(self, lines: list[bytes], *, exclude: TcpConnection | None = None) -> None:
@@ -370,7 +525,7 @@ class TcpServer:
             return
         blob = b"".join(lines)  # joined once for every connection
         for conn in list(self.connections):
-            if conn is not exclude:
+            if conn is not exclude and conn.may_send:
                 conn.send_blob(blob, len(lines))
 
     async def close(self) -> None:

@@ -15,6 +15,7 @@ from typing import Protocol
 from factstream.config import Settings
 from factstream.errors import ConfigError
 from factstream.replication import commands as c
+from factstream.replication.auth import ReplicationSecret
 from factstream.replication.handler import RdataRun, ReplicationHandler
 from factstream.replication.tcp import Link, TcpClient, TcpConnection, TcpServer
 
@@ -84,6 +85,8 @@ class TcpTransport:
             max_line=limits.max_line,
             max_queue=limits.max_queue,
             capacity=self.handler,
+            secret=ReplicationSecret.from_settings(self.settings),
+            vetter=self.handler,
         )
         if self.is_server:
             listen = "0.0.0.0" if self.host not in ("127.0.0.1", "localhost") else self.host
