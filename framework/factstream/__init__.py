@@ -9,7 +9,6 @@ from factstream.db.database import Database, Transaction
 from factstream.db.metadata import metadata
 from factstream.errors import ConfigError, DatabaseError, FactstreamError, MigrationError, PluginError
 from factstream.idgen.generator import IdGeneratorError, MultiWriterIdGenerator
-from factstream.idgen.leases import WriterLeases
 from factstream.migration_ops import create_stream_sequence, drop_stream_sequence
 from factstream.plugins import hookimpl
 from factstream.specs import (
@@ -47,7 +46,6 @@ __all__ = [
     "SyncRequest",
     "Transaction",
     "Wake",
-    "WriterLeases",
     "cached",
     "cached_specs",
     "create_stream_sequence",
