@@ -270,8 +270,11 @@ class ReplicationHandler:
         if stream is None:
             return None
         reason = self.refusal(conn, stream, cmd.instance_name)
-        if reason is not None or stream.position_allowed(cmd.new_token):
-            return reason
+        if reason is not None:
+            self.refused += 1
+            return f"POSITION {cmd.stream_name} {cmd.instance_name}: {reason}"
+        if stream.position_allowed(cmd.new_token):
+            return None
         bound = await stream.refresh_allocated()
         if stream.position_allowed(cmd.new_token):
             return None
