@@ -82,7 +82,9 @@ def prepare(url: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def cluster(url: str, redis_url: str | None, readers: int, probe: Probe) -> AsyncIterator[list[Host]]:
+async def cluster(
+    url: str, redis_url: str | None, readers: int, probe: Probe, secret: str | None = None
+) -> AsyncIterator[list[Host]]:
     """A main (writer) host and ``readers`` reader hosts, connected and ready."""
     port = free_port()
     names = ["main"] + [f"r{i}" for i in range(1, readers + 1)]
@@ -90,7 +92,7 @@ async def cluster(url: str, redis_url: str | None, readers: int, probe: Probe) -
     hosts = []
     try:
         for name in names:
-            settings = _settings(url, redis_url, name, names, port, deployment)
+            settings = _settings(url, redis_url, name, names, port, deployment, secret)
             host = Host(settings, load_plugins(extra=[("bench_probe", probe)]))
             await host.start()
             hosts.append(host)
@@ -106,7 +108,9 @@ async def cluster(url: str, redis_url: str | None, readers: int, probe: Probe) -
             await host.stop()
 
 
-async def latency(url: str, redis_url: str | None, seconds: float, rate: int = 1000) -> tuple[float, float, int]:
+async def latency(
+    url: str, redis_url: str | None, seconds: float, rate: int = 1000, secret: str | None = None
+) -> tuple[float, float, int]:
     probe = Probe()
     committed: dict[int, float] = {}
     delays: list[float] = []
@@ -117,7 +121,7 @@ async def latency(url: str, redis_url: str | None, seconds: float, rate: int = 1
             delays.append(time.perf_counter() - sent)
 
     probe.callback = on_rows
-    async with cluster(url, redis_url, 1, probe) as (main, _reader):
+    async with cluster(url, redis_url, 1, probe, secret) as (main, _reader):
         gen = main.id_generator("bench_e2e")
         db = main.database()
         interval = 1.0 / rate
@@ -139,7 +143,14 @@ async def latency(url: str, redis_url: str | None, seconds: float, rate: int = 1
 
 
 def _reader_process(
-    url: str, redis_url: str | None, name: str, names: list[str], port: int, deployment: str, pipe: Any
+    url: str,
+    redis_url: str | None,
+    name: str,
+    names: list[str],
+    port: int,
+    deployment: str,
+    secret: str | None,
+    pipe: Any,
 ) -> None:
     """A reader host in its own process, driven through ``pipe`` by the throughput benchmark.
 
@@ -162,7 +173,8 @@ def _reader_process(
 
     async def main() -> None:
         host = Host(
-            _settings(url, redis_url, name, names, port, deployment), load_plugins(extra=[("bench_probe", probe)])
+            _settings(url, redis_url, name, names, port, deployment, secret),
+            load_plugins(extra=[("bench_probe", probe)]),
         )
         await host.start()
         freeze_startup_heap()  # as `factstream run` does
@@ -191,7 +203,9 @@ def _reader_process(
     asyncio.run(main())
 
 
-def _settings(url: str, redis_url: str | None, name: str, names: list[str], port: int, deployment: str) -> Any:
+def _settings(
+    url: str, redis_url: str | None, name: str, names: list[str], port: int, deployment: str, secret: str | None
+) -> Any:
     return load_config(
         environ={},
         deployment=deployment,
@@ -200,11 +214,12 @@ def _settings(url: str, redis_url: str | None, name: str, names: list[str], port
         redis={"url": redis_url} if redis_url else {},
         instance_map={n: {"host": "127.0.0.1", "replication_port": port} for n in names},
         stream_writers={"bench_e2e": ["main"]},
+        replication={"secret": secret} if secret else {},
     )
 
 
 async def throughput(
-    url: str, redis_url: str | None, seconds: float, rounds: int = 4
+    url: str, redis_url: str | None, seconds: float, rounds: int = 4, secret: str | None = None
 ) -> tuple[float, float, float, list[float]]:
     """``(writes alone, writes with two readers, delivered to the slowest reader, per-round ratios)``.
 
@@ -224,7 +239,8 @@ async def throughput(
     deployment = f"bench{port}"
     names = ["main", "r1", "r2"]
     main = Host(
-        _settings(url, redis_url, "main", names, port, deployment), load_plugins(extra=[("bench_probe", Probe())])
+        _settings(url, redis_url, "main", names, port, deployment, secret),
+        load_plugins(extra=[("bench_probe", Probe())]),
     )
     await main.start()
     ctx = multiprocessing.get_context("spawn")
@@ -238,7 +254,9 @@ async def throughput(
     try:
         for name in names[1:]:
             ours, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_reader_process, args=(url, redis_url, name, names, port, deployment, theirs))
+            proc = ctx.Process(
+                target=_reader_process, args=(url, redis_url, name, names, port, deployment, secret, theirs)
+            )
             proc.start()
             procs.append((proc, ours))
         for _, pipe in procs:
@@ -321,25 +339,38 @@ async def catch_up(url: str, redis_url: str | None, facts: int) -> float:
     return count[0] / elapsed
 
 
+#: The replication secret of the ``+secret`` runs (TCP handshake, signed Redis messages).
+BENCH_SECRET = "benchmark replication secret"
+
+
 def run(url: str, redis_url: str | None, seconds: float = 3.0, catch_up_facts: int = 1_000_000) -> list[str]:
+    """Each transport without and with ``replication.secret`` (catch-up reads the database: without only)."""
     lines = []
-    for name, transport in (("tcp", None), ("redis", redis_url)):
-        if name == "redis" and not transport:
-            lines.append("redis: skipped (no Redis URL)")
+    for name, transport, secret in (
+        ("tcp", None, None),
+        ("tcp+secret", None, BENCH_SECRET),
+        ("redis", redis_url, None),
+        ("redis+secret", redis_url, BENCH_SECRET),
+    ):
+        if transport is None and name.startswith("redis"):
+            lines.append(f"{name}: skipped (no Redis URL)")
             continue
         prepare(url)
-        p50, p99, n = asyncio.run(latency(url, transport, seconds))
+        p50, p99, n = asyncio.run(latency(url, transport, seconds, secret=secret))
         lines.append(
-            f"{name:5s} latency at 1,000 facts/s: p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  ({n} facts; target p99 <= 5 ms)"
+            f"{name:12s} latency at 1,000 facts/s: p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  "
+            f"({n} facts; target p99 <= 5 ms)"
         )
         prepare(url)
-        alone, written, delivered, ratios = asyncio.run(throughput(url, transport, 2 * seconds))
+        alone, written, delivered, ratios = asyncio.run(throughput(url, transport, 2 * seconds, secret=secret))
         lines.append(
-            f"{name:5s} throughput: writes alone {alone:9,.0f}/s; with 2 readers writes {written:9,.0f}/s, "
+            f"{name:12s} throughput: writes alone {alone:9,.0f}/s; with 2 readers writes {written:9,.0f}/s, "
             f"delivered {delivered:9,.0f}/s per reader = {delivered / alone:4.2f}x the write rate alone "
             f"(rounds {min(ratios):.2f}x-{max(ratios):.2f}x; targets >= 20,000/s and >= 0.8x)"
         )
+        if secret is not None:
+            continue
         prepare(url)
         rate = asyncio.run(catch_up(url, transport, catch_up_facts))
-        lines.append(f"{name:5s} catch-up of {catch_up_facts:,} facts: {rate:9,.0f} facts/s (target >= 100,000/s)")
+        lines.append(f"{name:12s} catch-up of {catch_up_facts:,} facts: {rate:9,.0f} facts/s (target >= 100,000/s)")
     return lines

@@ -128,3 +128,19 @@ def test_missing_config_file_fails_every_command(run_cli):
 
     assert result.returncode == 2
     assert "config file 'nope.yaml' does not exist" in result.stderr
+
+
+def test_replication_secret_comes_from_the_environment_and_is_never_shown(tmp_path):
+    path = tmp_path / "factstream.yaml"
+    path.write_text("replication:\n  secret: short-secret\n")
+
+    with pytest.raises(ConfigError) as error:
+        load_config(path, environ={})
+    settings = load_config(path, environ={"FACTSTREAM_REPLICATION__SECRET": "a-much-longer-secret-value"})
+
+    assert "replication.secret: must be at least 16 characters long" in str(error.value)
+    assert "short-secret" not in str(error.value)
+    assert settings.replication.secret is not None
+    assert settings.replication.secret.get_secret_value() == "a-much-longer-secret-value"
+    assert "a-much-longer-secret-value" not in repr(settings)
+    assert load_config(environ={}).replication.secret is None
