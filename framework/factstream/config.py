@@ -96,6 +96,19 @@ class ReplicationConfig(_Section):
         ),
     )
 
+    tls: bool = Field(
+        default=False, description="TCP replication over TLS: the main instance serves tls_cert, clients verify it"
+    )
+    tls_cert: Path | None = Field(
+        default=None, description="the main instance's certificate chain, PEM (needed there when tls is on)"
+    )
+    tls_key: Path | None = Field(
+        default=None, description="the main instance's private key, PEM (needed there when tls is on)"
+    )
+    tls_ca: Path | None = Field(
+        default=None, description="CA certificates trusted for the main instance's certificate; default: the system's"
+    )
+
     @field_validator("secret")
     @classmethod
     def _secret(cls, value: SecretStr | None) -> SecretStr | None:
@@ -327,6 +340,15 @@ def load_config(path: Path | str | None = None, environ: Mapping[str, str] | Non
         if saved is not None:
             os.environ.clear()
             os.environ.update(saved)
+    if resolved is not None:
+        # Files named in the configuration are relative to it, like state_dir.
+        files = {
+            key: (resolved.parent / value).resolve()
+            for key in ("tls_cert", "tls_key", "tls_ca")
+            if isinstance(value := getattr(settings.replication, key), Path) and not value.is_absolute()
+        }
+        if files:
+            settings = settings.model_copy(update={"replication": settings.replication.model_copy(update=files)})
     if resolved is not None and not settings.state_dir.is_absolute():
         settings = settings.model_copy(update={"state_dir": (resolved.parent / settings.state_dir).resolve()})
     elif not settings.state_dir.is_absolute():

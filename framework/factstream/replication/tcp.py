@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -482,16 +483,19 @@ class Link:
 class TcpServer:
     """The main instance's replication server."""
 
-    def __init__(self, host: str, port: int, link: Link) -> None:
+    def __init__(self, host: str, port: int, link: Link, *, tls: ssl.SSLContext | None = None) -> None:
         self.host = host
         self.port = port
         self.link = link
+        self.tls = tls
         self.connections: set[TcpConnection] = set()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=self.link.max_line)
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.port, limit=self.link.max_line, ssl=self.tls
+        )
         sock = self._server.sockets[0].getsockname()
         self.port = int(sock[1])
         log.info("replication server listening on %s:%d", self.host, self.port)
@@ -544,10 +548,13 @@ class TcpServer:
 class TcpClient:
     """A worker's connection to the main instance, reconnecting with backoff for ever."""
 
-    def __init__(self, host: str, port: int, link: Link, *, max_backoff: float = 5.0) -> None:
+    def __init__(
+        self, host: str, port: int, link: Link, *, max_backoff: float = 5.0, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.host = host
         self.port = port
         self.link = link
+        self.tls = tls
         self.max_backoff = max_backoff
         self.connection: TcpConnection | None = None
         self.connected = asyncio.Event()
@@ -561,10 +568,21 @@ class TcpClient:
         delay = 0.1
         while True:
             try:
-                reader, writer = await asyncio.open_connection(self.host, self.port, limit=self.link.max_line)
-            except OSError as exc:
-                log.info(
-                    "cannot reach replication server %s:%d (%s); retrying in %.1fs", self.host, self.port, exc, delay
+                reader, writer = await asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    limit=self.link.max_line,
+                    ssl=self.tls,
+                    server_hostname=self.host if self.tls is not None else None,
+                )
+            except OSError as exc:  # ssl.SSLError (a certificate not trusted, a peer without TLS) is one
+                log.log(
+                    logging.WARNING if isinstance(exc, ssl.SSLError) else logging.INFO,
+                    "cannot reach replication server %s:%d (%s); retrying in %.1fs",
+                    self.host,
+                    self.port,
+                    exc,
+                    delay,
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_backoff)

@@ -9,6 +9,7 @@ subscribes to one channel named after the deployment.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Protocol
 
@@ -88,16 +89,17 @@ class TcpTransport:
             secret=ReplicationSecret.from_settings(self.settings),
             vetter=self.handler,
         )
+        tls = tls_context(self.settings, server=self.is_server)
         if self.is_server:
             listen = "0.0.0.0" if self.host not in ("127.0.0.1", "localhost") else self.host
-            server = TcpServer(listen, self.port, link)
+            server = TcpServer(listen, self.port, link, tls=tls)
             try:
                 await server.start()
             except OSError as exc:
                 raise ConfigError(f"cannot listen for replication on {self.host}:{self.port}: {exc}") from exc
             self.endpoint = server
         else:
-            client = TcpClient(self.host, self.port, link)
+            client = TcpClient(self.host, self.port, link, tls=tls)
             client.start()
             self.endpoint = client
 
@@ -117,6 +119,31 @@ class TcpTransport:
     async def close(self) -> None:
         if self.endpoint is not None:
             await self.endpoint.close()
+
+
+def tls_context(settings: Settings, *, server: bool) -> ssl.SSLContext | None:
+    """The TLS context of the TCP link (``replication.tls``), or None; ConfigError for unusable files.
+
+    The main instance serves ``tls_cert`` with ``tls_key``; a client verifies the main instance's
+    certificate against ``tls_ca`` (or the system's CAs) and its host name in ``instance_map``.
+    """
+    config = settings.replication
+    if not config.tls:
+        return None
+    try:
+        if server:
+            if config.tls_cert is None or config.tls_key is None:
+                raise ConfigError("replication.tls is on: the main instance needs replication.tls_cert and tls_key")
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(config.tls_cert, config.tls_key)
+        else:
+            context = ssl.create_default_context(
+                ssl.Purpose.SERVER_AUTH, cafile=str(config.tls_ca) if config.tls_ca is not None else None
+            )
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"replication.tls: cannot load the certificate, key or CA file: {exc}") from exc
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
 
 
 def make_transport(settings: Settings, handler: ReplicationHandler) -> Transport:
