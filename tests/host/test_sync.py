@@ -98,7 +98,7 @@ async def test_timeout_zero_answers_at_once(start_host, client):
     assert response.json() == {"next_batch": since, "streams": {}}
 
 
-@pytest.mark.parametrize("timeout", ["-1", "1.5", "abc", "9999999999", " 5", "٣"])
+@pytest.mark.parametrize("timeout", ["-1", "1.5", "abc", " 5", "٣"])
 async def test_a_bad_timeout_is_400(start_host, client, timeout):
     host = await start_host()
     response = await client(host, "alice-token").get("/sync", params={"timeout": timeout})

@@ -23,6 +23,9 @@ CORE = "factstream"
 
 #: The longest ``device`` query parameter accepted.
 MAX_DEVICE_LENGTH = 255
+#: A ``timeout`` with more significant digits than this is past any cap (10**9 ms is 11 days; the
+#: cap is at most 600 s) and is not converted: Python refuses to ``int()`` more than 4,300 digits.
+_TIMEOUT_DIGITS = 9
 
 
 def _host(request: Request) -> Host:
@@ -41,13 +44,16 @@ async def sync(request: Request) -> Any:
     host = _host(request)
     query = request.query_params
     timeout_text = query.get("timeout", "0")
-    if not timeout_text.isascii() or not timeout_text.isdigit() or len(timeout_text) > 9:
+    if not timeout_text.isascii() or not timeout_text.isdigit():
         raise HTTPException(400, f"timeout must be a whole number of milliseconds, not {timeout_text[:40]!r}")
+    # Any non-negative value is accepted; the service caps it at http.sync_timeout_max_seconds.
+    digits = timeout_text.lstrip("0")
+    timeout_ms = int(digits or "0") if len(digits) <= _TIMEOUT_DIGITS else 10**_TIMEOUT_DIGITS
     device = query.get("device") or None
     if device is not None and len(device) > MAX_DEVICE_LENGTH:
         raise HTTPException(400, f"device must be at most {MAX_DEVICE_LENGTH} characters")
     service = host.sync_service()
-    return await service.sync(request.state.user, query.get("since"), int(timeout_text) / 1000, device)
+    return await service.sync(request.state.user, query.get("since"), timeout_ms / 1000, device)
 
 
 def _stream_info(host: Host, stream: ReplicatedStream) -> dict[str, Any]:
