@@ -11,7 +11,20 @@ endpoint is wrapped so that:
 * a returned value that is not a ``Response`` is sent as JSON (status 200);
 * every error is JSON ``{"error": message}``: bad input is a 4xx with a message that says what was
   wrong (``TokenError`` 400, a body that is not JSON 400, ``HTTPException`` its own status), and an
-  unexpected exception is logged with the route and answered with 500 ``internal error``.
+  unexpected exception is logged with the route and answered with 500 ``internal error``;
+* input PostgreSQL cannot store is refused before the token is looked up and before the endpoint
+  runs (:mod:`factstream.host.storable`): header names and values, path parameters, query parameter
+  names and values, and a JSON body's keys and values at any depth. The refusal is a 400 naming the
+  field, ``{"error"}`` on a core route and ``{"errcode", "error"}`` on a plugin route (the shape the
+  bundled plugins give their own 4xx).
+
+The body is read here, after the access check (an anonymous caller cannot make the host buffer a
+body on a route that needs a token), at most :data:`~factstream.host.storable.MAX_BODY_BYTES` (413
+beyond), checked, and handed to the endpoint through a new ``Request`` on the same scope (so the
+same ``state``) whose ``receive`` replays it: ``request.body()``, ``request.stream()`` and
+``request.json()`` work as before, and a plugin's own, lower size limit still applies. The endpoint
+parses its body itself, once; this layer only scans the bytes (it parses only a body that looks
+suspect).
 
 ``GET /openapi.json`` describes every route, core and plugin, built from the specs (summary from the
 route name or the endpoint's docstring, path parameters from the path, bearer security unless public).
@@ -31,12 +44,21 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Message, Receive
 
 from factstream.errors import PluginError
 from factstream.host.auth import AuthError, TokenAuthenticator, check_access
+from factstream.host.storable import (
+    InputError,
+    check_body,
+    check_headers,
+    check_path_params,
+    check_query_params,
+    read_body,
+)
 from factstream.specs import RouteSpec
 from factstream.sync import TokenError
 
@@ -48,6 +70,9 @@ log = logging.getLogger(__name__)
 _encoder = msgspec.json.Encoder()
 _PATH_PARAM = re.compile(r"{([a-zA-Z_][a-zA-Z0-9_]*)(?::[a-z]+)?}")
 _STATUS_TEXT = {400: "bad request", 401: "unauthorized", 403: "forbidden", 404: "not found", 405: "method not allowed"}
+
+#: The plugin name the core's own routes are registered under.
+CORE = "factstream"
 
 
 class JsonResponse(Response):
@@ -78,6 +103,29 @@ class ApiRoute:
     responses: dict[str, Any] = field(default_factory=dict)
 
 
+def _replaying(request: Request, body: bytes) -> Request:
+    """A request like ``request`` (same scope, so the same ``state``) whose body is ``body`` again."""
+    receive = request.receive
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()  # a disconnect, for endpoints that watch for one
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    replay_receive: Receive = replay
+    return Request(request.scope, replay_receive)
+
+
+def _input_rejection(route: ApiRoute, exc: InputError) -> JsonResponse:
+    """The refusal in the shape the route's owner uses for its own 4xx (see the module docstring)."""
+    if route.plugin == CORE:
+        return error_response(exc.status, exc.message)
+    return JsonResponse({"errcode": exc.errcode, "error": exc.message}, status_code=exc.status)
+
+
 def wrap_endpoint(route: ApiRoute, host: Host, auth: TokenAuthenticator) -> Callable[[Request], Awaitable[Response]]:
     """The Starlette endpoint for ``route``: access check, state, JSON results, JSON errors."""
     spec = route.spec
@@ -89,14 +137,24 @@ def wrap_endpoint(route: ApiRoute, host: Host, auth: TokenAuthenticator) -> Call
         request.state.user = None
         request.state.principal = None
         try:
+            check_headers(request.scope["headers"])
+            check_path_params(request.path_params)
+            check_query_params(request.query_params.multi_items())
             if spec.access != "public":
                 principal = await auth.authenticate(request.headers.get("authorization"))
                 check_access(spec.access, principal)
                 request.state.principal = principal
                 request.state.user = principal.user
+            body = await read_body(request)
+            check_body(body)
+            request = _replaying(request, body)
             result = endpoint(request)
             if inspect.isawaitable(result):
                 result = await result
+        except InputError as exc:
+            return _input_rejection(route, exc)
+        except ClientDisconnect:
+            return error_response(400, "the client went away while sending the request body")
         except AuthError as exc:
             headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
             return error_response(exc.status, exc.message, headers)

@@ -12,14 +12,12 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from factstream.host.http import ApiRoute
+from factstream.host.http import CORE, ApiRoute
 from factstream.specs import RouteSpec
 
 if TYPE_CHECKING:
     from factstream.host.app import Host
     from factstream.replication.stream import ReplicatedStream
-
-CORE = "factstream"
 
 #: The longest ``device`` query parameter accepted.
 MAX_DEVICE_LENGTH = 255
