@@ -3,6 +3,8 @@
 ``start_host(name, ...)`` starts an in-process :class:`~factstream.host.app.Host` (TCP replication
 between the hosts of one test); ``client(host, token=...)`` is an ``httpx.AsyncClient`` calling the
 host's ASGI app directly (no socket), so a test can hold a thousand long polls open cheaply.
+``full_host`` is one started host with every installed plugin (the bundled ones too) and
+``full_client(token=...)`` a client of it; ``stored(host)`` sums up what the database holds.
 """
 
 from __future__ import annotations
@@ -108,3 +110,77 @@ async def post_messages(host: Host, client: Callable[..., httpx.AsyncClient], *m
     )
     assert response.status_code == 200, response.text
     return list(response.json()["stream_ids"])
+
+
+# -- a host with every installed plugin (tests/host/test_http_input.py, test_http_fuzz.py) --------------
+
+#: The users of the test tokens.
+WRITER_USER = "@service:hs"
+ALICE_USER = "@alice:hs"
+
+
+@pytest.fixture
+async def full_host(plugin_installer, fresh_database, tmp_path) -> AsyncIterator[Host]:
+    """A started host with every installed plugin, the ``inbox`` test plugin among them.
+
+    Long polls are capped at 0.2 s so that fuzzed ``timeout`` values cannot stall a test.
+    """
+    plugin_installer.from_project(INBOX_PROJECT)
+    plugins = load_plugins()
+    if not {"account_data", "to_device"} <= set(plugins.registry.streams.names()):
+        pytest.skip("the bundled account_data and to_device plugins are not installed (uv sync --all-packages)")
+    migrator = Migrator(fresh_database, plugins)
+    migrator.upgrade()
+    migrator.close()
+    settings = load_config(
+        environ={},
+        deployment="inputtest",
+        instance_name="main",
+        state_dir=str(tmp_path / "state"),
+        database={"url": fresh_database},
+        instance_map={"main": {"host": "127.0.0.1", "replication_port": free_port()}},
+        stream_writers={"inbox": ["main"], "account_data": ["main"], "to_device": ["main"]},
+        http={
+            "tokens": TOKENS,
+            "port": free_port(),
+            "sync_timeout_max_seconds": 0.2,
+            "catch_up_timeout_seconds": 0.2,
+        },
+    )
+    host = Host(settings, plugins)
+    await host.start()
+    yield host
+    await host.stop()
+
+
+@pytest.fixture
+async def full_client(full_host: Host) -> AsyncIterator[Callable[..., httpx.AsyncClient]]:
+    """``http(token=None)`` -> an httpx client on the host's ASGI app."""
+    clients: list[httpx.AsyncClient] = []
+
+    def make(token: str | None = None) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        c = httpx.AsyncClient(transport=httpx.ASGITransport(app=full_host.app), base_url="http://test", headers=headers)
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        await c.aclose()
+
+
+async def stored(host: Host) -> dict[str, tuple[int, Any]]:
+    """Row count and highest stream ID of every stream's backing tables, and row counts of every
+    other table of the database (a device registered, a transaction remembered ...)."""
+    db = host.database()
+    out: dict[str, tuple[int, Any]] = {}
+    for reg in host.plugins.registry.streams:
+        for table in reg.spec.tables:
+            rows = await db.fetchall(f"SELECT count(*), max({table.id_column}) FROM {table.table}")
+            out[table.table] = (rows[0][0], rows[0][1])
+    names = await db.fetchall("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+    for (name,) in names:
+        if name not in out:
+            rows = await db.fetchall(f'SELECT count(*) FROM "{name}"')
+            out[name] = (rows[0][0], None)
+    return out
