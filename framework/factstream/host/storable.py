@@ -18,14 +18,15 @@ What is checked:
 * a JSON body's keys and values at any depth: text and integers.
 
 The body costs no parse on the hot path: endpoints parse their bodies themselves, with whatever decoder
-they like, so :func:`check_body` runs one regular-expression scan over the raw bytes for everything a
-JSON decoder could turn into an unstorable value: a ``\\u0000`` escape or a raw NUL byte, a
-``\\uD800``-``\\uDFFF`` escape, the UTF-8-style bytes of a surrogate (``ED A0``-``ED BF``, which
-``json.loads`` accepts from bytes with ``surrogatepass``), and a run of 19 digits (every integer with
-18 digits or fewer is a ``bigint``). Only a body with such a match is parsed, with ``json.loads`` (the
-most lenient common decoder, and what Starlette's ``request.json()`` uses) and walked to name the field;
-a match that turns out harmless (a valid surrogate pair, a long digit run inside a string) passes. A
-body that is not JSON at all is left to the endpoint, which refuses it as it always did.
+they like, so :func:`check_body` scans the raw bytes for everything a JSON decoder could turn into an
+unstorable value: a raw NUL byte, a ``\\u0000`` escape, a ``\\uD800``-``\\uDFFF`` escape, the
+UTF-8-style bytes of a surrogate (``ED A0``-``ED BF``, which ``json.loads`` accepts from bytes with
+``surrogatepass``), and a run of 19 digits (every integer of 18 digits or fewer is a ``bigint``). The
+scan costs about a third of a ``json.loads`` of the same body (70 us for 64 KiB). Only a body with such
+a match is parsed, with ``json.loads`` (the most lenient common decoder, and what Starlette's
+``request.json()`` uses), and walked to name the field; a match that turns out harmless (a valid
+surrogate pair, a long digit run inside a string) passes. A body that is not JSON at all is left to
+the endpoint, which refuses it as it always did.
 """
 
 from __future__ import annotations
@@ -57,7 +58,12 @@ class InputError(Exception):
 _UNSTORABLE_CHAR = re.compile(r"[\x00\ud800-\udfff]")
 # Everything in raw bytes that a JSON decoder could turn into an unstorable value (see the module
 # docstring); a false positive only costs a parse.
-_SUSPECT_BODY = re.compile(rb"\\u0000|\\u[dD][89a-fA-F]|\x00|\xed[\xa0-\xbf]|[0-9]{19}")
+_SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
+_SURROGATE_BYTES = re.compile(rb"\xed[\xa0-\xbf]")
+# Digits to "0", everything else to " ": a long number is then a plain substring search (a regular
+# expression for 19 digits in a row costs ten times as much).
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+_DIGIT_RUN = b"0" * 19
 _NAME_LIMIT = 80
 
 
@@ -164,7 +170,13 @@ def check_json_value(value: Any) -> None:
 
 def check_body(body: bytes) -> None:
     """A JSON ``body`` holds nothing unstorable (a body that is not JSON is the endpoint's business)."""
-    if _SUSPECT_BODY.search(body) is None:
+    suspect = (
+        b"\x00" in body
+        or _SUSPECT_ESCAPE.search(body) is not None
+        or (b"\xed" in body and _SURROGATE_BYTES.search(body) is not None)
+        or _DIGIT_RUN in body.translate(_DIGITS_ONLY)
+    )
+    if not suspect:
         return
     try:
         # Bytes, as Starlette's request.json() passes them: UTF-8 with surrogatepass, or UTF-16/32.
