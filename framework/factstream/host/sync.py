@@ -20,6 +20,10 @@ Per stream, the items come from ``StreamSpec.sync_rows`` or, by default, from th
 a range nobody looked at: it is ``since`` advanced to the last range a callback covered, and a stream
 that returned ``limit`` items stops at the last item it returned (the response then says
 ``"limited": true`` and the client syncs again at once).
+
+Before waiting, every stream with its own ``sync_rows`` is also asked once for the empty range at
+``since`` (:meth:`SyncService.acknowledge`), whether or not anything is new for it: that is how a
+stream hears of a token that acknowledges what it sent (to_device deletes delivered messages there).
 """
 
 from __future__ import annotations
@@ -163,6 +167,13 @@ class SyncService:
         waited_for = loop.time() - started
         if waited_for > 1.0:
             timeout = max(0.0, timeout - waited_for)
+        due = await self.acknowledge(user, device, since)
+        if due:
+            # Items a stream owes at the client's own token: answered at once, claiming no range.
+            owed: dict[str, Any] = {"next_batch": await since.to_string(self.ids), "streams": due}
+            if any(len(items) >= self.config.sync_limit for items in due.values()):
+                owed["limited"] = True
+            return owed
 
         async def collect(prev: StreamToken, current: StreamToken) -> SyncBatch:
             return await self.collect(user, device, since, prev, current)
@@ -180,6 +191,32 @@ class SyncService:
         else:
             body = {"next_batch": await advance(since, waited.next_token).to_string(self.ids), "streams": {}}
         return body
+
+    async def acknowledge(self, user: str, device: str | None, since: StreamToken) -> dict[str, list[Any]]:
+        """Tell every stream with its own ``sync_rows`` where the client is: the empty range at ``since``.
+
+        Called once per request, before waiting, whether or not anything is new: the notifier runs
+        the ``collect`` callback only when the user's stream moved, and ``collect`` skips a stream
+        whose range is empty, so without this call a stream would never hear of a token that
+        acknowledges what it already sent (to_device deletes delivered messages here). Each such
+        stream gets ``SyncRequest(since=upto=<the client's positions>)``. A stream that reads a range
+        returns nothing at no cost; one that keeps per-client state may return items that are due at
+        this token: the request then answers with them at once and ``since`` as ``next_batch``, so
+        the client's next request, at the same token, settles them. The default readers have no
+        state and are not called.
+        """
+        due: dict[str, list[Any]] = {}
+        for synced in self.synced:
+            reader = synced.spec.sync_rows
+            if reader is None:
+                continue
+            value = since.get(synced.key)
+            at = {w: _position(value, w) for w in self._writers(synced, value)}
+            request = SyncRequest(self.host, synced.name, user, device, at, dict(at), self.config.sync_limit)
+            items = list(await reader(request))
+            if items:
+                due[synced.name] = items
+        return due
 
     async def collect(
         self, user: str, device: str | None, since: StreamToken, prev: StreamToken, current: StreamToken
