@@ -1,14 +1,27 @@
 """``/sync`` for to-device messages: a device's pending messages, deleted only once acknowledged.
 
-A device's inbox holds the messages it has not acknowledged. A ``/sync`` for ``(user, device)``:
+A device's inbox holds the messages it has not acknowledged. Each time the host asks the stream for
+``(user, device)``, in one transaction:
 
-1. **acknowledges**: per writer ``W``, deletes the messages at or below ``min(since[W], delivered[W])``
+1. **acknowledge**: per writer ``W``, delete the messages at or below ``min(since[W], delivered[W])``
    where ``delivered[W]`` is the highest stream ID of ``W`` that an earlier response carried to this
    device. Holding a token past a message is not enough to delete it: the message must also have
-   been sent. So a response cut short by ``limit`` never causes the messages after the cut to be
-   deleted, whatever token the client holds next;
-2. **delivers** the oldest pending messages up to ``upto`` (per writer), at most ``limit`` of them,
-   in stream order, and records the highest stream ID sent per writer.
+   been sent. So a response cut short by ``limit``, or a token moved by a ``/sync`` that named no
+   device, never causes a message to be deleted unseen;
+2. **deliver** the oldest pending messages up to ``upto`` (per writer), at most ``limit`` of them,
+   in stream order, and record the highest stream ID sent per writer.
+
+When the host asks. On every ``/sync``, before it waits, the host asks the stream once with the empty
+range ``since == upto ==`` the client's token (``SyncService.acknowledge``), even when nothing is new:
+that is where a token acknowledges, and where messages at or below the token that were never sent (the
+token moved while the client synced without ``device``) are delivered at once. Then, as for every
+stream, whenever the user's stream moved: with ``since`` the greater of the client's token and the
+point an earlier, empty answer of the same request reached. Acknowledging up to that point deletes
+nothing more than the client's token does: that earlier answer found nothing pending up to it.
+
+Without ``since`` (the reference's initial sync) the token is 0 everywhere: nothing is acknowledged and
+every message still in the inbox comes again, from the oldest. A message is gone only after a ``/sync``
+whose token is at or past it.
 
 Pending messages are not filtered by ``since``: whatever is still in the inbox has not been
 acknowledged. A response that is lost costs nothing: the client syncs again with its older token,
@@ -64,22 +77,25 @@ async def sync_to_device(request: SyncRequest) -> list[dict[str, Any]]:
     host = request.host
     user_id = request.user
     await ToDeviceStore.of(host).remember_device(user_id, device_id)
+    since = {w: p for w, p in request.since.items() if p > 0}
+    upto = {w: p for w, p in request.upto.items() if p > 0}
+    if not since and not upto:
+        return []
     who = {"user_id": user_id, "device_id": device_id}
+    rows: list[Any] = []
     async with host.database().transaction() as txn:
-        cur = await txn.execute(_DELIVERED, who)
-        delivered = {str(w): int(s) for w, s in await cur.fetchall()}
-        acks = {w: min(request.since.get(w, 0), sent) for w, sent in delivered.items()}
-        acks = {w: upto for w, upto in acks.items() if upto > 0}
-        if acks:
-            await txn.execute(_ACKNOWLEDGE, {**who, "writers": list(acks), "upto": list(acks.values())})
-        writers = [w for w, high in request.upto.items() if high > 0]
-        if not writers:
-            return []
-        cur = await txn.execute(
-            _PENDING,
-            {**who, "writers": writers, "high": [request.upto[w] for w in writers], "limit": request.limit},
-        )
-        rows = await cur.fetchall()
+        if since:
+            cur = await txn.execute(_DELIVERED, who)
+            delivered = {str(w): int(s) for w, s in await cur.fetchall()}
+            acks = {w: min(since[w], delivered[w]) for w in since if w in delivered}
+            acks = {w: ack for w, ack in acks.items() if ack > 0}
+            if acks:
+                await txn.execute(_ACKNOWLEDGE, {**who, "writers": list(acks), "upto": list(acks.values())})
+        if upto:
+            cur = await txn.execute(
+                _PENDING, {**who, "writers": list(upto), "high": list(upto.values()), "limit": request.limit}
+            )
+            rows = await cur.fetchall()
         sent: dict[str, int] = {}
         for stream_id, instance, *_ in rows:
             sent[str(instance)] = max(sent.get(str(instance), 0), int(stream_id))
