@@ -12,14 +12,16 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from factstream.config import load_config
+from factstream.db.engine import libpq_url
 from factstream.host.app import Host
 from factstream.plugins import load_plugins
-from tests.plugins_bundled.conftest import free_port, until
+from tests.plugins_bundled.conftest import following, free_port, until
 
 ALICE = "@alice:hs"
 BOB = "@bob:hs"
@@ -190,6 +192,62 @@ async def test_a_token_moved_without_the_device_acknowledges_nothing_and_the_mes
     assert at == since  # delivered at the client's own token, claiming no range
     assert await api.sync("D", at) == ([], at)
     assert await api.inbox("D") == []
+
+
+async def test_an_idle_devices_syncs_make_no_query_and_a_new_message_is_still_seen(api, bundled_db):
+    await api.send("D", {"n": 1})
+    _, since = await api.sync("D")
+    _, since = await api.sync("D", since)  # acknowledges: the inbox is empty, and this host knows it
+    assert await api.inbox("D") == []
+    for n in range(3):  # the stream moves, for someone else
+        other = await api.alice.put(f"/sendToDevice/m.test/c{n}", json={"messages": {"@carol:hs": {"X": {}}}})
+        assert other.status_code == 200
+    # Any statement on the inbox tables would now wait for this lock, and the syncs time out.
+    with psycopg.connect(libpq_url(bundled_db)) as conn:
+        conn.execute("LOCK TABLE device_inbox, device_inbox_delivered IN ACCESS EXCLUSIVE MODE")
+        for _ in range(20):
+            assert await asyncio.wait_for(api.sync("D", since), 5) == ([], since)
+        conn.rollback()
+
+    await api.send("D", {"n": 2})
+    assert (await api.sync("D", since, wait=True))[0] == [{"n": 2}]
+
+
+async def test_a_message_replicated_to_a_device_known_to_be_empty_is_delivered(api_host, api):
+    worker = Api(await api_host("worker1"))
+    try:
+        await following(worker.host, "to_device")
+        _, since = await worker.sync("D")
+        assert await worker.sync("D", since) == ([], since)  # the worker now knows D's inbox is empty
+
+        await api.send("D", {"n": 1})  # written by main, replicated to the worker
+        assert (await worker.sync("D", since, wait=True))[0] == [{"n": 1}]
+    finally:
+        await worker.close()
+
+
+async def test_a_page_cut_at_the_limit_hides_nothing_of_a_writer_it_did_not_reach(api_host):
+    writers = ("main", "worker1")
+    main = Api(await api_host("main", writers, sync_limit=2))
+    worker = Api(await api_host("worker1", writers, sync_limit=2))
+    try:
+        await following(worker.host, "to_device")
+        for n in range(3):
+            await main.send("D", {"n": n})
+        await worker.send("D", {"n": 3})  # after main's three in the shared sequence
+        written = worker.host.id_generator("to_device").get_current_token_for_writer("worker1")
+        assert await main.host.wait_for_stream_position("worker1", "to_device", written)
+
+        first, since, limited = await main.sync_page("D", None)
+        assert (first, limited) == ([{"n": 0}, {"n": 1}], True)
+        # The page held nothing of worker1: its message is still to come, after main's last.
+        rest, since, _ = await main.sync_page("D", since)
+        assert rest == [{"n": 2}, {"n": 3}]
+        assert (await main.sync("D", since))[0] == []
+        assert await main.inbox("D") == []
+    finally:
+        await worker.close()
+        await main.close()
 
 
 # -- the invariant, over random sequences of sends and syncs ---------------------------------------------

@@ -27,6 +27,11 @@ Pending messages are not filtered by ``since``: whatever is still in the inbox h
 acknowledged. A response that is lost costs nothing: the client syncs again with its older token,
 nothing more is deleted, and the same messages come again. Messages of one writer are delivered in
 its stream order, and the first ``limit`` are a prefix of every writer's pending messages.
+
+Cost: only positions above where the device's inbox is known to be empty
+(:class:`~factstream_to_device.empty_inboxes.EmptyInboxes`) are asked about. So the call at the
+client's token needs no query once that is known (an idle device's long poll costs nothing), a
+delete that could find nothing is not sent, and a new range costs one read.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import Any
 import msgspec
 
 from factstream import SyncRequest
+from factstream_to_device.empty_inboxes import EmptyInboxes
 from factstream_to_device.rows import DELIVERED_TABLE, INBOX_TABLE
 from factstream_to_device.store import ToDeviceStore
 
@@ -77,18 +83,22 @@ async def sync_to_device(request: SyncRequest) -> list[dict[str, Any]]:
     host = request.host
     user_id = request.user
     await ToDeviceStore.of(host).remember_device(user_id, device_id)
-    since = {w: p for w, p in request.since.items() if p > 0}
-    upto = {w: p for w, p in request.upto.items() if p > 0}
+    inboxes = EmptyInboxes.of(host)
+    clear = inboxes.clear_upto(user_id, device_id)
+    # Only positions above what is known to be empty can hold anything to delete or to deliver.
+    since = {w: p for w, p in request.since.items() if p > clear.get(w, 0)}
+    upto = {w: p for w, p in request.upto.items() if p > clear.get(w, 0)}
     if not since and not upto:
         return []
     who = {"user_id": user_id, "device_id": device_id}
+    acks: dict[str, int] = {}
     rows: list[Any] = []
     async with host.database().transaction() as txn:
         if since:
             cur = await txn.execute(_DELIVERED, who)
             delivered = {str(w): int(s) for w, s in await cur.fetchall()}
             acks = {w: min(since[w], delivered[w]) for w in since if w in delivered}
-            acks = {w: ack for w, ack in acks.items() if ack > 0}
+            acks = {w: ack for w, ack in acks.items() if ack > clear.get(w, 0)}
             if acks:
                 await txn.execute(_ACKNOWLEDGE, {**who, "writers": list(acks), "upto": list(acks.values())})
         if upto:
@@ -101,6 +111,14 @@ async def sync_to_device(request: SyncRequest) -> list[dict[str, Any]]:
             sent[str(instance)] = max(sent.get(str(instance), 0), int(stream_id))
         if sent:
             await txn.execute(_RECORD, {**who, "writers": list(sent), "sent": list(sent.values())})
+    # Committed: nothing is left at or below an acknowledged position, nor, unless the page was
+    # full, at or below ``upto`` of a writer that had nothing pending.
+    cleared = dict(acks)
+    if len(rows) < request.limit:
+        for w, high in upto.items():
+            if w not in sent:
+                cleared[w] = max(cleared.get(w, 0), high)
+    inboxes.cleared(user_id, device_id, cleared)
     return [
         {
             "stream_id": int(stream_id),
