@@ -14,9 +14,14 @@ process died. So "is writer W alive?" is answered by the database, not by config
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable
 
+import psycopg
+
 from factstream.db.database import Connection, Database
+
+log = logging.getLogger(__name__)
 
 # Two-key advisory locks: the first key marks factstream's namespace.
 _NAMESPACE = 0x46535457  # "FSTW"
@@ -91,12 +96,24 @@ class WriterLeases:
         return out
 
     async def close(self) -> None:
-        """Release every lease (by closing the session)."""
+        """Release every lease; when this returns, another process may claim them.
+
+        The locks are released explicitly, and PostgreSQL's answer awaited, before the session is
+        closed: closing alone returns before the backend has exited and dropped them, and a process
+        restarted at once under the same instance name was then refused as "already running". If
+        the session is already broken its backend is gone, or going, and the locks with it.
+        """
         async with self._lock:
-            if self._conn is not None:
-                await self._conn.close()
-                self._conn = None
+            conn, self._conn = self._conn, None
             self._held.clear()
+            if conn is None:
+                return
+            try:
+                await conn.execute("SELECT pg_advisory_unlock_all()")
+            except psycopg.Error as exc:
+                log.warning("writer leases: releasing them before closing the session failed (%s)", exc)
+            finally:
+                await conn.close()
 
 
 def _key(stream_key: str, instance: str) -> str:
