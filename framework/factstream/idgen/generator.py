@@ -19,10 +19,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 from factstream.db.database import Connection, Database, Transaction
 from factstream.errors import FactstreamError
 from factstream.idgen import metrics
+from factstream.idgen.append import append_sql, column_types
 from factstream.idgen.leases import LeaseHeldError, WriterLeases
 from factstream.idgen.persist import PositionPersister, upsert_position_sql
 from factstream.idgen.positions import PositionTracker
-from factstream.idgen.recovery import DurableState, counted_writers, initial_tracker, plan_sequence_repair
+from factstream.idgen.recovery import (
+    DurableState,
+    SequenceRepair,
+    counted_writers,
+    initial_tracker,
+    plan_reissue_repair,
+    plan_sequence_repair,
+)
 from factstream.idgen.sequence import PostgresSequence
 from factstream.specs import check_name
 from factstream.streams import StreamTable
@@ -35,6 +43,9 @@ log = logging.getLogger(__name__)
 
 #: How far past the highest known ID a repaired sequence jumps (see ``plan_sequence_repair``).
 DEFAULT_REPAIR_MARGIN = 10_000
+
+#: How many times one reservation repairs a sequence that re-issues IDs before it gives up.
+REISSUE_ATTEMPTS = 3
 
 
 class IdGeneratorError(FactstreamError):
@@ -156,16 +167,7 @@ class MultiWriterIdGenerator:
             state = await self._read_state(conn, with_rows=False)
             repair = plan_sequence_repair(state, self.repair_margin)
             if repair is not None:
-                log.warning(
-                    "stream %s: sequence %s is behind IDs already used (%s); moving it from %d to %d",
-                    self.stream_name,
-                    self.sequence.name,
-                    repair.reason,
-                    repair.old_last,
-                    repair.new_last,
-                )
-                await self.sequence.set_last(conn, repair.new_last)
-                metrics.SEQUENCE_REPAIRS.labels(stream=self.stream_name).inc()
+                await self._repair(conn, repair)
                 self.repaired_from = repair.old_last
             state = await self._read_state(conn, with_rows=True)
             self.reserved_before_start = max(state.sequence_last, state.table_max)
@@ -191,6 +193,7 @@ class MultiWriterIdGenerator:
                 positive=self.positive,
                 interval=self.persist_interval,
             )
+        metrics.count_stream(self.stream_name)
         metrics.track(self)
         return self
 
@@ -204,10 +207,7 @@ class MultiWriterIdGenerator:
         """Read the durable state, the sequence first (see ``initial_tracker`` for why)."""
         f = self.factor
         sequence_last = max(await self.sequence.last_allocated(conn), 0)
-        cur = await conn.execute(
-            "SELECT instance_name, stream_id FROM stream_positions WHERE stream_name = %(s)s", {"s": self.positions_key}
-        )
-        stored = {str(r[0]): int(r[1]) * f for r in await cur.fetchall()}
+        stored = await self._stored_positions(conn)
 
         alive: set[str] | None = None
         others = [w for w in stored if w not in self.writers and w != self.instance_name]
@@ -229,10 +229,7 @@ class MultiWriterIdGenerator:
         table_max = 0
         rows: list[tuple[int, str]] = []
         for t in self.tables:
-            agg = "MAX" if self.positive else "-MIN"
-            cur = await conn.execute(f"SELECT COALESCE({agg}({t.id_column}), 0) FROM {t.table}")
-            row = await cur.fetchone()
-            table_max = max(table_max, int(row[0]) if row else 0)
+            table_max = max(table_max, await self._table_max(conn, t))
             if with_rows and floor is not None:
                 cmp = ">" if self.positive else "<"
                 cur = await conn.execute(
@@ -241,6 +238,68 @@ class MultiWriterIdGenerator:
                 )
                 rows += [(int(r[0]) * f, str(r[1])) for r in await cur.fetchall()]
         return DurableState(sequence_last=sequence_last, table_max=table_max, stored_positions=stored, rows_above=rows)
+
+    async def _stored_positions(self, conn: Connection) -> dict[str, int]:
+        cur = await conn.execute(
+            "SELECT instance_name, stream_id FROM stream_positions WHERE stream_name = %(s)s", {"s": self.positions_key}
+        )
+        return {str(r[0]): int(r[1]) * self.factor for r in await cur.fetchall()}
+
+    async def _table_max(self, conn: Connection, table: StreamTable) -> int:
+        agg = "MAX" if self.positive else "-MIN"
+        cur = await conn.execute(f"SELECT COALESCE({agg}({table.id_column}), 0) FROM {table.table}")
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    # -- repairing the sequence --------------------------------------------------------------------
+
+    async def _repair(self, conn: Connection, repair: SequenceRepair) -> None:
+        log.warning(
+            "stream %s: sequence %s is behind IDs already used (%s); moving it from %d to %d",
+            self.stream_name,
+            self.sequence.name,
+            repair.reason,
+            repair.old_last,
+            repair.new_last,
+        )
+        await self.sequence.set_last(conn, repair.new_last)
+        metrics.SEQUENCE_REPAIRS.labels(stream=self.stream_name).inc()
+
+    async def _repair_reissued(self, conn: Connection, seen: int, reissued: int | None, attempt: int) -> None:
+        """The sequence handed this running process an ID at or below ``seen``, the highest ID it
+        had seen allocated when it asked: the sequence went back (a failover), and the ID may
+        already be committed. Move the sequence past every ID known (:func:`plan_reissue_repair`),
+        or give up after :data:`REISSUE_ATTEMPTS` repairs. The refused IDs are never used.
+
+        ``conn`` may be inside the caller's transaction: ``setval`` is not transactional, so the
+        repair stands even if that transaction rolls back.
+        """
+        if attempt >= REISSUE_ATTEMPTS:
+            raise IdGeneratorError(
+                f"stream {self.stream_name!r}: sequence {self.sequence.name!r} still hands out IDs at or below "
+                f"{seen}, which this process has already seen allocated, after {attempt} repairs; is something "
+                "setting it back? (Or, for an append, a BEFORE INSERT trigger dropped every row: not supported.)"
+            )
+        sequence_last = max(await self.sequence.last_allocated(conn), 0)
+        table_max = max([await self._table_max(conn, t) for t in self.tables])
+        state = DurableState(sequence_last, table_max, await self._stored_positions(conn))
+        seen = max(seen, self.tracker.max_seen)
+        await self._repair(conn, plan_reissue_repair(state, self.repair_margin, seen=seen, reissued=reissued))
+        metrics.SEQUENCE_REISSUES.labels(stream=self.stream_name).inc()
+
+    async def _next_ids(self, conn: Connection, n: int, seen: int) -> list[int]:
+        """``n`` IDs from the sequence, all above ``seen`` (from ``begin_fetch``).
+
+        Refused IDs were only reserved, never written, so repairing and asking again is invisible
+        to the caller (but for the gap they leave).
+        """
+        ids = await self.sequence.next_ids(conn, n)
+        attempt = 0
+        while ids and ids[0] <= seen:  # ascending: the first is the lowest
+            await self._repair_reissued(conn, seen, ids[0], attempt)
+            attempt += 1
+            ids = await self.sequence.next_ids(conn, n)
+        return ids
 
     @property
     def tracker(self) -> PositionTracker:
@@ -273,7 +332,7 @@ class MultiWriterIdGenerator:
         ids: list[int] = []
         try:
             async with self.db.autocommit() as conn:
-                ids = await self.sequence.next_ids(conn, n)
+                ids = await self._next_ids(conn, n, token)
         finally:
             tracker.end_fetch(token, ids)
         try:
@@ -302,7 +361,7 @@ class MultiWriterIdGenerator:
         token = tracker.begin_fetch()
         ids: list[int] = []
         try:
-            ids = await self.sequence.next_ids(txn.conn, n)
+            ids = await self._next_ids(txn.conn, n, token)
         finally:
             tracker.end_fetch(token, ids)
         txn.on_complete(lambda committed: self._complete(ids, committed))
@@ -342,32 +401,15 @@ class MultiWriterIdGenerator:
         key = (table, names, single, fields)
         sql = self._append_sql.get(key)
         if sql is None:
-            columns = [check_name("column", c) for c in names]
-            sign = "" if self.positive else "-"
-            head = (
-                f"INSERT INTO {ref.table} ({ref.id_column}, {ref.instance_column}{''.join(', ' + c for c in columns)}) "
-            )
-            if single:
-                values = "".join(f", %({c})s" for c in columns)
-                sql = f"{head}VALUES ({sign}nextval('{self.sequence.name}'), %(__instance)s{values})"
-            else:
-                # Arrays need their element type spelled out: psycopg sends strings untyped.
-                cur = await txn.conn.execute(
-                    "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-                    "WHERE attrelid = %(t)s::regclass AND attnum > 0 AND NOT attisdropped",
-                    {"t": ref.table},
-                )
-                types = {str(r[0]): str(r[1]) for r in await cur.fetchall()}
-                unknown = [c for c in columns if c not in types]
+            types = None
+            if not single:
+                types = await column_types(txn.conn, ref.table)
+                unknown = [c for c in names if c not in types]
                 if unknown:
                     raise IdGeneratorError(f"table {ref.table!r} has no column(s) {', '.join(map(repr, unknown))}")
-                arrays = ", ".join(f"%({c})s::{types[c]}[]" for c in columns)
-                picks = "".join(f", u.{c}" for c in columns)
-                sql = (
-                    f"{head}SELECT {sign}nextval('{self.sequence.name}'), %(__instance)s{picks} "
-                    f"FROM unnest({arrays}) WITH ORDINALITY AS u({', '.join(columns)}, __n) ORDER BY u.__n"
-                )
-            sql += f" RETURNING {ref.id_column}{''.join(', ' + check_name('column', f) for f in fields or ())}"
+            sql = append_sql(
+                ref, names, sequence=self.sequence.name, positive=self.positive, returning=fields or (), types=types
+            )
             self._append_sql[key] = sql
         if single:
             params: dict[str, Any] = dict(rows[0])
@@ -376,10 +418,18 @@ class MultiWriterIdGenerator:
         params["__instance"] = self.instance_name
         tracker = self.tracker
         token = tracker.begin_fetch()
+        params["__floor"] = token
         ids: list[int] = []
         try:
             cur = await txn.conn.execute(sql, params)
             returned = await cur.fetchall()
+            attempt = 0
+            while not returned:
+                # The statement refused an ID at or below the floor and wrote nothing (see idgen/append.py).
+                await self._repair_reissued(txn.conn, token, None, attempt)
+                attempt += 1
+                cur = await txn.conn.execute(sql, params)
+                returned = await cur.fetchall()
             ids = sorted(int(r[0]) * self.factor for r in returned)
         finally:
             tracker.end_fetch(token, ids)

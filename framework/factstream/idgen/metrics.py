@@ -17,9 +17,23 @@ _live: weakref.WeakSet[MultiWriterIdGenerator] = weakref.WeakSet()
 
 SEQUENCE_REPAIRS = Counter(
     "factstream_sequence_repairs",
-    "Times a stream sequence was found behind IDs already used and moved forward at start-up",
+    "Times a stream sequence was found behind IDs already used and moved forward (at start-up or while running)",
     ["stream"],
 )
+
+#: Counted with a repair (so also in ``SEQUENCE_REPAIRS``) each time a running writer refuses IDs.
+SEQUENCE_REISSUES = Counter(
+    "factstream_sequence_reissues",
+    "Times a running writer was handed a stream ID at or below one it had already seen allocated "
+    "(the sequence went back, as after a failover), refused it, repaired the sequence and retried",
+    ["stream"],
+)
+
+
+def count_stream(stream: str) -> None:
+    """Show a started stream's counters at 0 on ``/metrics`` before anything has happened."""
+    SEQUENCE_REPAIRS.labels(stream=stream)
+    SEQUENCE_REISSUES.labels(stream=stream)
 
 
 def track(gen: MultiWriterIdGenerator) -> None:

@@ -62,7 +62,12 @@ class PositionTracker:
     # -- reserving ---------------------------------------------------------------------------------
 
     def begin_fetch(self) -> int:
-        """Call before asking the sequence for IDs; pass the result to :meth:`end_fetch`."""
+        """Call before asking the sequence for IDs; pass the result to :meth:`end_fetch`.
+
+        The result is the highest ID seen allocated so far. Every ID the sequence hands out after
+        this call is above it, unless the sequence went back: the generator refuses such IDs
+        before they reach :meth:`end_fetch`, which refuses them too.
+        """
         token = self._max_seen
         self._in_flight.append(token)
         return token
@@ -71,11 +76,15 @@ class PositionTracker:
         """Record the IDs the sequence returned (none if the fetch failed)."""
         ids = list(ids)
         if ids:
-            clash = [i for i in ids if i <= self._persisted_upto or i in self._unfinished]
+            floor = max(token, self._persisted_upto)
+            clash = [i for i in ids if i <= floor or i in self._unfinished]
             if clash or len(set(ids)) != len(ids):
                 stream_id = clash[0] if clash else ids[0]
                 self._in_flight.remove(token)
-                raise ValueError(f"stream ID {stream_id} handed out twice (watermark {self._persisted_upto})")
+                raise ValueError(
+                    f"stream ID {stream_id} handed out twice (seen before the fetch: {token}, "
+                    f"watermark {self._persisted_upto})"
+                )
             self._unfinished.update(ids)
             heap = self._unfinished_heap
             if len(ids) > 8:

@@ -2,7 +2,8 @@
 
 The generator reads the inputs (:class:`DurableState`) and this module decides what the process
 starts from. Crash safety rests on durable facts only: the sequence (never goes back, except after a
-failover, which :func:`plan_sequence_repair` handles), the rows in the backing tables, and the
+failover, which :func:`plan_sequence_repair` handles at start-up and :func:`plan_reissue_repair` while
+running), the rows in the backing tables, and the
 ``stream_positions`` rows, which are only ever a lower bound because they are written lazily.
 """
 
@@ -58,6 +59,22 @@ def plan_sequence_repair(state: DurableState, margin: int) -> SequenceRepair | N
         reasons.append(f"stream_positions holds {highest_stored} for writer {writer!r}")
     target = max(state.table_max, highest_stored) + margin
     return SequenceRepair(state.sequence_last, target, " and ".join(reasons))
+
+
+def plan_reissue_repair(state: DurableState, margin: int, *, seen: int, reissued: int | None) -> SequenceRepair:
+    """Where to move a sequence that handed a running writer an ID at or below ``seen``.
+
+    ``seen`` is the highest ID the writer had seen allocated (reserved by itself, announced by
+    another writer, or found at start-up); a sequence that never goes back hands out only IDs above
+    it. One that went back (a failover to a replica that lacked its last advances) re-issues IDs that
+    may already be committed. ``reissued`` is the offending ID, ``None`` when the statement that got
+    it did not say which. The sequence jumps ``margin`` past everything known, as at start-up
+    (:func:`plan_sequence_repair`), and past ``seen`` too: that ID may not be in any table yet.
+    """
+    handed = "an ID" if reissued is None else f"ID {reissued}"
+    reason = f"it handed out {handed} at or below ID {seen}, which this process had already seen allocated"
+    highest_stored = max(state.stored_positions.values(), default=0)
+    return SequenceRepair(state.sequence_last, max(seen, state.table_max, highest_stored) + margin, reason)
 
 
 def counted_writers(writers: Sequence[str], stored: Mapping[str, int], alive: set[str] | None) -> list[str]:
