@@ -4,20 +4,23 @@
 price is that the statement writes its rows before the generator sees the IDs, so the check that a
 running writer needs after a failover (every new ID above the highest it has seen allocated, see
 :func:`factstream.idgen.recovery.plan_reissue_repair`) is made by the statement itself: it takes the
-IDs first and inserts its rows only if the lowest is above ``%(__floor)s``. Otherwise it inserts
-nothing and returns no row; the generator repairs the sequence and runs it again. A re-issued ID is
-never written, not even in an uncommitted row: the backing tables usually have a unique index on the
-ID column, and a duplicate would abort the caller's transaction. All or nothing keeps the IDs of one
-statement in the rows' order.
+first ID before any row and inserts its rows only if that ID is above ``%(__floor)s``. Otherwise it
+inserts nothing and returns no row; the generator repairs the sequence and runs it again. A re-issued
+ID is never written, not even in an uncommitted row: the backing tables usually have a unique index
+on the ID column, and a duplicate would abort the caller's transaction. All or nothing keeps the IDs
+of one statement in the rows' order.
 
-Two shapes, both one round trip:
+Checking the first ID is enough: the rows take their IDs in order, each from a later ``nextval`` than
+the one before, so every other ID is higher. (Only a ``setval`` back while the statement runs could
+break that; a failover ends the statements running on the old server. The tracker would still
+refuse such an ID, with an error.) Two shapes, both one round trip and no dearer than a plain insert:
 
 * one row: ``INSERT ... SELECT s.id, ... FROM (SELECT nextval(...) AS id) AS s WHERE s.id > floor``.
   PostgreSQL neither pulls up nor pushes a condition into a subquery whose output is volatile, so
   ``nextval`` runs once;
-* several rows: the IDs and the unnested arrays are materialised first (a ``MATERIALIZED`` CTE, IDs
-  taken in the rows' order), then one initplan compares their minimum with the floor, so the rows
-  are inserted all or none.
+* several rows: the first ID comes from a one-row ``MATERIALIZED`` CTE, which a one-time filter
+  compares with the floor before the arrays are unnested; the first row takes that ID and every other
+  row its own ``nextval``, in the rows' order. A refused statement uses up one ID, not one per row.
 """
 
 from __future__ import annotations
@@ -55,11 +58,13 @@ def append_sql(
     else:
         # Arrays need their element type spelled out: psycopg sends strings untyped.
         arrays = ", ".join(f"%({c})s::{types[c]}[]" for c in names)
+        next_id = f"nextval('{sequence}')"
         sql = (
-            f"WITH s AS MATERIALIZED (SELECT nextval('{sequence}') AS __id{''.join(f', u.{c}' for c in names)} "
-            f"FROM unnest({arrays}) WITH ORDINALITY AS u({', '.join(names)}, __n) ORDER BY u.__n) "
-            f"{insert}SELECT {sign}s.__id, %(__instance)s{''.join(f', s.{c}' for c in names)} FROM s "
-            "WHERE (SELECT min(__id) FROM s) > %(__floor)s::bigint"
+            f"WITH first AS MATERIALIZED (SELECT {next_id} AS __id) "
+            f"{insert}SELECT {sign}(CASE WHEN u.__n = 1 THEN (SELECT __id FROM first) ELSE {next_id} END), "
+            f"%(__instance)s{''.join(f', u.{c}' for c in names)} "
+            f"FROM unnest({arrays}) WITH ORDINALITY AS u({', '.join(names)}, __n) "
+            "WHERE (SELECT __id FROM first) > %(__floor)s::bigint ORDER BY u.__n"
         )
     return sql + f" RETURNING {table.id_column}{''.join(', ' + check_name('column', f) for f in returning)}"
 
