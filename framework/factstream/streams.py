@@ -97,8 +97,11 @@ class StreamSpec:
       polls a row wakes (on every instance, for replicated and local rows alike).
     * ``sync_rows``: ``async (SyncRequest) -> list`` of JSON-able items for one user's ``/sync``,
       overriding the default (the stream's rows in the request's range whose ``user_field`` is the
-      user, as ``{"stream_id", "instance", **fields}``). A stream with a ``sync_key`` and neither
-      ``user_field`` nor ``sync_rows`` shows nobody anything: visibility is never implicit.
+      user, as ``{"stream_id", "instance", **fields}``). It is also called once per ``/sync``, before
+      waiting, with the empty range at the client's token (``since == upto``): a stream that keeps
+      per-client state acknowledges there what the client has (a reader of ranges returns nothing).
+      A stream with a ``sync_key`` and neither ``user_field`` nor ``sync_rows`` shows nobody
+      anything: visibility is never implicit.
     """
 
     name: str
