@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from factstream.config import load_config
+from factstream.replication.auth import ReplicationSecret
 from factstream.replication.redis import RedisLink, RedisTransport
 from tests.replication.test_rdata_runs import Row, recording_handler
 
@@ -47,3 +48,52 @@ async def test_own_echoes_are_dropped_and_every_other_line_is_delivered_in_order
         ("w2", 1, [Row("g", 7)]),
     ]
     assert stream.positions == {"w1": 5, "w2": 1}
+
+
+async def test_with_a_secret_only_lines_under_their_signers_name_are_delivered():
+    stream, seen, handler = recording_handler("me")
+    secret = {"secret": "sixteen+ characters"}
+    settings = load_config(
+        environ={},
+        deployment="d",
+        instance_name="me",
+        redis={"url": "redis://127.0.0.1:1/0"},
+        replication=secret,
+    )
+    transport = RedisTransport(settings, handler)
+    link = RedisLink(transport, 1)
+    handler.new_connection(link)
+    handler._connected[link].add("s")
+    signing = ReplicationSecret(secret["secret"], "d")
+
+    def signed(signer: bytes, *lines: str) -> list[bytes]:
+        return [b"message", b"d", signing.sign("\n".join(lines).encode(), signer)]
+
+    reads = [
+        # One signer, a run under its own name: delivered.
+        [signed(b"w1", 'RDATA s w1 1 ["a",1]', 'RDATA s w1 2 ["b",2]')],
+        # One signer, a run under another writer's name: dropped, however uniform.
+        [signed(b"w1", 'RDATA s w2 1 ["x",1]', 'RDATA s w2 2 ["x",2]')],
+        # Several signers in one read, each message mixing its own lines with another's.
+        [
+            signed(b"w2", 'RDATA s w2 1 ["c",3]', 'RDATA s w1 3 ["x",3]'),
+            signed(b"w1", 'RDATA s w1 3 ["d",4]', "POSITION s w2 0 9"),
+        ],
+        # Unsigned, and signed with another secret: dropped.
+        [[b"message", b"d", b'RDATA s w1 4 ["x",5]']],
+        [[b"message", b"d", ReplicationSecret("another secret here", "d").sign(b'RDATA s w1 4 ["x",5]', b"w1")]],
+    ]
+    for read in reads:
+        transport._dispatch(link, read)
+        await asyncio.sleep(0)
+    await handler.drained()
+    await handler.close()
+
+    assert seen == [
+        ("w1", 1, [Row("a", 1)]),
+        ("w1", 2, [Row("b", 2)]),
+        ("w2", 1, [Row("c", 3)]),
+        ("w1", 3, [Row("d", 4)]),
+    ]
+    assert stream.positions == {"w1": 3, "w2": 1}
+    assert transport.unsigned == 6  # two lines of the uniform run, two misattributed lines, two messages

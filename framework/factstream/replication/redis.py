@@ -367,8 +367,11 @@ class RedisTransport:
         datas: list[bytes] = list(map(_data, replies))
         if datas[0].startswith(own) and all(map(methodcaller("startswith", own), datas)):
             return  # a writer mostly receives its own echoes (a packed one holds only its own RDATA)
+        #: With a secret: the one instance that signed every message of this read, whose lines are
+        #: not yet checked to be under its name (a read of several signers' is checked line by line).
+        signer: bytes | None = None
         if self._secret is not None:
-            datas = self._verified(datas)  # and split into lines
+            datas, signer = self._opened(datas)  # and split into lines
             if not datas:
                 return
         else:
@@ -377,11 +380,14 @@ class RedisTransport:
                 datas = joined.split(b"\n")  # packed messages: a line each
         if len(datas) > 1 and not datas[0].startswith(own):
             # A reader mostly receives runs of another writer's RDATA: one run, recognised at once
-            # (a run is one writer's, and its first line is not ours).
+            # (a run is one writer's, and its first line is not ours). Signed by that writer, it
+            # needs no other check.
             run = uniform_run(datas, self.max_line)
-            if run is not None:
+            if run is not None and (signer is None or run.instance_name.encode("utf-8") == signer):
                 self._dispatch_run(link, run)
                 return
+        if signer is not None:
+            datas = self._signers_lines(datas, signer)
         echoes = list(map(methodcaller("startswith", own), datas))
         lines = list(compress(datas, map(not_, echoes))) if any(echoes) else datas
         for item in split_runs(lines, self.max_line):
@@ -390,30 +396,40 @@ class RedisTransport:
                 continue
             self._dispatch_run(link, item)
 
-    def _verified(self, messages: list[bytes]) -> list[bytes]:
-        """The lines of the messages signed with the secret, each RDATA and POSITION line under its
-        signer's name; everything else is dropped (and counted, and logged)."""
+    def _opened(self, messages: list[bytes]) -> tuple[list[bytes], bytes | None]:
+        """The lines of the messages signed with the secret (the others are dropped, counted and
+        logged), and the signer if one signed them all: its lines are left for the caller to check
+        (a run of its RDATA needs no other check); a read of several signers' is checked here."""
         assert self._secret is not None
-        lines: list[bytes] = []
+        open_message = self._secret.open
+        groups: list[tuple[bytes, list[bytes]]] = []
         for message in messages:
-            opened = self._secret.open(message)
+            opened = open_message(message)
             if opened is None:
                 self._drop_unsigned(message, "without a valid signature")
                 continue
-            signer, body = opened
-            prefixes = self._signer_prefixes.get(signer) or self._prefixes_of(signer)
-            parts = body.split(b"\n")
-            if all(map(methodcaller("startswith", prefixes), parts)):
-                lines += parts  # the usual case: every line is the signer's RDATA or POSITION
-                continue
-            for line in parts:
-                if line.startswith(prefixes) or not line.startswith((b"RDATA ", b"POSITION ")):
-                    lines.append(line)
-                elif line.split(b" ", 3)[2:3] == [signer]:
-                    lines.append(line)  # a stream this process does not know: the handler says so
-                else:
-                    self._drop_unsigned(line, f"signed by {signer!r} under another instance's name")
-        return lines
+            groups.append((opened[0], opened[1].split(b"\n")))
+        if not groups:
+            return [], None
+        first = groups[0][0]
+        if all(signer == first for signer, _ in groups):
+            return [line for _, parts in groups for line in parts], first
+        return [line for signer, parts in groups for line in self._signers_lines(parts, signer)], None
+
+    def _signers_lines(self, lines: list[bytes], signer: bytes) -> list[bytes]:
+        """``lines`` without the RDATA and POSITION lines that are not under ``signer``'s name (dropped)."""
+        prefixes = self._signer_prefixes.get(signer) or self._prefixes_of(signer)
+        if all(map(methodcaller("startswith", prefixes), lines)):
+            return lines  # every line is the signer's RDATA or POSITION
+        kept = []
+        for line in lines:
+            if line.startswith(prefixes) or not line.startswith((b"RDATA ", b"POSITION ")):
+                kept.append(line)
+            elif line.split(b" ", 3)[2:3] == [signer]:
+                kept.append(line)  # a stream this process does not know: the handler says so
+            else:
+                self._drop_unsigned(line, f"signed by {signer!r} under another instance's name")
+        return kept
 
     def _prefixes_of(self, signer: bytes) -> tuple[bytes, ...]:
         prefixes = tuple(
