@@ -69,14 +69,15 @@ def seen_rows(instance: str, stream: str) -> list[tuple[str, int, Any]]:
 
 @pytest.fixture
 async def make_host(bundled_db, tmp_path) -> AsyncIterator[Callable[..., Any]]:
-    """``await make_host(name, writers=...)``: a started Host; main serves TCP replication.
+    """``await make_host(name, writers=..., http=...)``: a started Host; main serves TCP replication.
 
-    ``writers`` (default ``["main"]``) are the configured writers of both streams.
+    ``writers`` (default ``["main"]``) are the configured writers of both streams; ``http`` is the
+    ``http`` section of its configuration (tokens, limits).
     """
     started: list[Host] = []
     port = free_port()
 
-    async def start(name: str, writers: list[str] | None = None) -> Host:
+    async def start(name: str, writers: list[str] | None = None, http: dict[str, Any] | None = None) -> Host:
         writers = writers or ["main"]
         settings = load_config(
             environ={},
@@ -90,6 +91,7 @@ async def make_host(bundled_db, tmp_path) -> AsyncIterator[Callable[..., Any]]:
                 "worker2": {"host": "127.0.0.1"},
             },
             stream_writers={"account_data": writers, "to_device": writers},
+            http=http or {},
         )
         host = Host(settings, load_plugins())
         await host.start()

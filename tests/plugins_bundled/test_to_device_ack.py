@@ -17,11 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from factstream.config import load_config
 from factstream.db.engine import libpq_url
 from factstream.host.app import Host
-from factstream.plugins import load_plugins
-from tests.plugins_bundled.conftest import following, free_port, until
+from tests.plugins_bundled.conftest import following, until
 
 ALICE = "@alice:hs"
 BOB = "@bob:hs"
@@ -32,35 +30,14 @@ TOKENS = {
 
 
 @pytest.fixture
-async def api_host(bundled_db, tmp_path) -> AsyncIterator[Callable[..., Any]]:
+def api_host(make_host) -> Callable[..., Any]:
     """``await api_host(name="main", writers=("main",), **http)``: a started host whose HTTP API accepts
-    ``TOKENS``; ``writers`` write the to_device stream."""
-    started: list[Host] = []
-    port = free_port()
+    ``TOKENS``; ``writers`` write the bundled streams."""
 
     async def start(name: str = "main", writers: tuple[str, ...] = ("main",), **http: Any) -> Host:
-        settings = load_config(
-            environ={},
-            deployment="todeviceack",
-            instance_name=name,
-            state_dir=str(tmp_path / "state"),
-            database={"url": bundled_db},
-            instance_map={
-                "main": {"host": "127.0.0.1", "replication_port": port},
-                "worker1": {"host": "127.0.0.1"},
-            },
-            stream_writers={"account_data": ["main"], "to_device": list(writers)},
-            http={"tokens": TOKENS, **http},
-        )
-        host = Host(settings, load_plugins())
-        await host.start()
-        started.append(host)
-        return host
+        return await make_host(name, list(writers), http={"tokens": TOKENS, **http})
 
-    yield start
-    for host in reversed(started):
-        if host.db is not None:
-            await host.stop()
+    return start
 
 
 TXN_IDS = itertools.count()
