@@ -13,6 +13,10 @@ from factstream.host.app import Host
 from factstream.migrate import Migrator
 from factstream.plugins import load_plugins
 
+# The process tests' fixtures (a cluster of `factstream run` processes, a dedicated redis-server), for
+# every process test of this folder.
+from tests.replication.test_processes import cluster, redis_server  # noqa: F401
+
 RECORDER = """
     import factstream
 

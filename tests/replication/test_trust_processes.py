@@ -18,12 +18,7 @@ import pytest
 import yaml
 
 from factstream.db.engine import libpq_url
-from tests.replication import test_processes as processes
 from tests.replication.test_processes import Cluster, start_pair
-
-# The fixtures of the process tests, under their own names (``cluster``, ``redis_server``).
-_cluster_fixture = processes.cluster
-_redis_server_fixture = processes.redis_server
 
 pytestmark = pytest.mark.slow
 
