@@ -28,7 +28,7 @@ from factstream import CacheSpec
 from factstream.config import load_config
 from factstream.host.app import Host
 from factstream.plugins import load_plugins
-from factstream.replication import commands as c
+from factstream.replication import wire
 
 MEMBERS = 1_000
 KEYS_PER_TXN = 100
@@ -131,10 +131,11 @@ def wire_bytes() -> tuple[int, int, int, int]:
     token = 1_000_000
     rows = room_state_rows("!room:example.org", [f"@member{i}:hs" for i in range(MEMBERS)])
     fan_out = [
-        c.RdataCommand("caches", "main", token + i, [name, keys, ts]).to_line() for i, (name, keys) in enumerate(rows)
+        wire.RdataCommand("caches", "main", token + i, [name, keys, ts]).to_line()
+        for i, (name, keys) in enumerate(rows)
     ]
     plain = [
-        c.RdataCommand("caches", "main", token + i, ["get_rooms_for_user", [f"@member{i}:hs"], ts]).to_line()
+        wire.RdataCommand("caches", "main", token + i, ["get_rooms_for_user", [f"@member{i}:hs"], ts]).to_line()
         for i in range(MEMBERS)
     ]
     return sum(len(x) + 1 for x in fan_out), len(fan_out), sum(len(x) + 1 for x in plain), len(plain)

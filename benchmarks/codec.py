@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from factstream.replication.commands import Command, PingCommand, PositionCommand, RdataCommand, parse_command
+from factstream.replication.wire import Command, PingCommand, PositionCommand, RdataCommand, parse_command
 
 #: Lines in the workload.
 LINES = 4000

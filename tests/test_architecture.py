@@ -129,3 +129,34 @@ def test_required_hooks_exist():
         "shutdown",
     }
     assert required <= set(HOOKS)
+
+
+REPLICATION = CORE / "replication"
+
+
+def core_imports(path: Path) -> set[str]:
+    """The ``factstream`` modules ``path`` imports, at run time or under ``TYPE_CHECKING``
+    (``from a.b import c`` counts as ``a.b.c``: ``c`` may be a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return {module for module in found if module.startswith(PUBLIC + ".")}
+
+
+def test_the_wire_codec_imports_nothing_of_replication_outside_itself():
+    """The codec is a leaf: transports and the reader build on it, it builds on neither."""
+    for path in sorted((REPLICATION / "wire").rglob("*.py")):
+        outside = {
+            m
+            for m in core_imports(path)
+            if m.startswith(f"{PUBLIC}.replication") and not m.startswith(f"{PUBLIC}.replication.wire")
+        }
+        assert outside == set(), f"{path.relative_to(CORE)} imports {sorted(outside)}"
+
+
+@pytest.mark.parametrize("transport", ["tcp.py", "redis.py"])
+def test_transports_import_the_codec_not_the_reader(transport):
+    assert f"{PUBLIC}.replication.handler" not in core_imports(REPLICATION / transport)

@@ -14,8 +14,8 @@ import pytest
 
 from factstream.db.engine import libpq_url
 from factstream.host.app import Host
-from factstream.replication import commands as c
 from factstream.replication import stream as stream_module
+from factstream.replication import wire
 from tests.replication.test_replication import until
 
 TYPED = """
@@ -103,7 +103,7 @@ async def read_back_lines(host: Host, upto: int) -> list[bytes]:
     stream = host.streams["typed"]
     updates, _, limited = await stream.get_updates_since("main", 0, upto, limit=100_000)
     assert not limited
-    return c.encode_rdata_lines("typed", "main", [(t, stream.encode_row(r)) for t, r in updates])
+    return wire.encode_rdata_lines("typed", "main", [(t, stream.encode_row(r)) for t, r in updates])
 
 
 def tokens(lines: list[bytes]) -> list[int]:

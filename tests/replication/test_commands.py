@@ -25,8 +25,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from factstream.errors import PluginError
-from factstream.replication import commands as codec
-from factstream.replication.commands import (
+from factstream.replication import wire as codec
+from factstream.replication.wire import (
     BUILTIN_COMMANDS,
     CLIENT_SENDS,
     DEFAULT_REGISTRY,
@@ -563,7 +563,7 @@ def test_plain_ascii_values_take_the_msgspec_path(monkeypatch: pytest.MonkeyPatc
         def encode(self, value: Any) -> str:
             raise AssertionError(f"json module used for {value!r}")
 
-    monkeypatch.setattr(codec, "_json_encoder", NoJson())
+    monkeypatch.setattr("factstream.replication.wire.json._json_encoder", NoJson())
 
     assert encode_json(["get_user", ["@a:hs"], 1700000000000, 0.5, None, True, {"k": -1}]) == (
         '["get_user",["@a:hs"],1700000000000,0.5,null,true,{"k":-1}]'
@@ -840,7 +840,9 @@ def test_duplicate_command_name_is_refused_naming_both_classes() -> None:
         registry.register(OtherPing)
 
     message = str(caught.value)
-    assert "replication command PING is already registered by factstream.replication.commands.PingCommand" in message
+    assert (
+        "replication command PING is already registered by factstream.replication.wire.builtin.PingCommand" in message
+    )
     assert "OtherPing cannot register it again" in message
 
 

@@ -38,7 +38,7 @@ from factstream.host.sync import SyncService
 from factstream.idgen.generator import MultiWriterIdGenerator
 from factstream.idgen.leases import WriterLeases
 from factstream.plugins import PluginHost
-from factstream.replication import commands as c
+from factstream.replication import wire
 from factstream.replication.handler import PositionCallback, ReplicationHandler, RowsCallback, ScopedRowsCallback
 from factstream.replication.stream import ReplicatedStream
 from factstream.replication.streamer import ReplicationStreamer
@@ -277,7 +277,7 @@ class Host:
         finally:
             await self.stop()
 
-    def send(self, command: c.Command) -> None:
+    def send(self, command: wire.Command) -> None:
         """Send a command to every peer (plugins' own commands)."""
         if self.transport is not None:
             self.transport.send(command)

@@ -39,11 +39,12 @@ import itertools
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any, Protocol, cast
 
-from factstream.replication import commands as c
+from factstream.replication import wire
 from factstream.replication.stream import ReplicatedStream, RowError
+from factstream.replication.wire import ProtocolError, RdataRun
 
 log = logging.getLogger(__name__)
 
@@ -71,39 +72,7 @@ class Connection(Protocol):
     #: Whether the link carries several instances' commands (Redis, the hub seen from a client).
     relays: bool
 
-    def send(self, command: c.Command) -> None: ...
-
-
-class ProtocolError(Exception):
-    """A peer sent something this process cannot accept; TCP answers ``ERROR`` and closes."""
-
-
-class RdataRun:
-    """Consecutive RDATA lines of one stream and writer, as a TCP link read them in one chunk.
-
-    ``tokens[i]`` is the i-th line's token (``None`` for ``batch``), ``texts[i]`` its row's JSON text
-    (checked to be exactly one JSON value), ``array`` the texts as one JSON array (what that check
-    parsed, kept for the decoding) and ``lines[i]`` the raw line (for relaying). Processing a
-    run is exactly processing its lines one at a time, in order; it only saves the per-line machinery.
-    """
-
-    __slots__ = ("array", "instance_name", "lines", "stream_name", "texts", "tokens")
-
-    def __init__(
-        self,
-        stream_name: str,
-        instance_name: str,
-        tokens: list[int | None],
-        texts: Sequence[bytes],
-        array: bytes,
-        lines: list[bytes],
-    ) -> None:
-        self.stream_name = stream_name
-        self.instance_name = instance_name
-        self.tokens = tokens
-        self.texts = texts
-        self.array = array
-        self.lines = lines
+    def send(self, command: wire.Command) -> None: ...
 
 
 class _StreamQueue:
@@ -112,7 +81,7 @@ class _StreamQueue:
     __slots__ = ("idle", "items", "wake")
 
     def __init__(self) -> None:
-        self.items: collections.deque[tuple[Connection, c.Command | RdataRun]] = collections.deque()
+        self.items: collections.deque[tuple[Connection, wire.Command | RdataRun]] = collections.deque()
         self.wake = asyncio.Event()
         self.idle = asyncio.Event()
         self.idle.set()
@@ -147,7 +116,7 @@ class ReplicationHandler:
         self._waiters: dict[tuple[str, str], list[tuple[int, int, asyncio.Future[None]]]] = defaultdict(list)
         self._order = itertools.count()
         self.on_replicate: Callable[[Connection], None] | None = None
-        self.extra_handlers: dict[str, Callable[[Connection, c.Command], Awaitable[None] | None]] = {}
+        self.extra_handlers: dict[str, Callable[[Connection, wire.Command], Awaitable[None] | None]] = {}
         self.rows_processed = 0
         self._background: set[asyncio.Future[Any]] = set()
         #: Above this many queued commands, transports stop reading until processing catches up:
@@ -174,28 +143,28 @@ class ReplicationHandler:
 
     # -- inbound -----------------------------------------------------------------------------------
 
-    def on_command(self, conn: Connection, cmd: c.Command) -> None:
+    def on_command(self, conn: Connection, cmd: wire.Command) -> None:
         """Dispatch one parsed command; raises :class:`ProtocolError` for what must close a TCP link.
 
         Returns normally having accepted the command or, on a relaying link, having dropped a
         refused one; only an accepted command may be passed on to others (the TCP hub relays it).
         """
         kind = type(cmd)
-        if kind is c.RdataCommand or kind is c.PositionCommand:
-            cmd = cast("c.RdataCommand | c.PositionCommand", cmd)
+        if kind is wire.RdataCommand or kind is wire.PositionCommand:
+            cmd = cast("wire.RdataCommand | wire.PositionCommand", cmd)
             stream = self.streams.get(cmd.stream_name)
             if stream is None:
                 raise ProtocolError(f"unknown stream {cmd.stream_name!r}")
             if not self._accept_sender(conn, stream, cmd.instance_name, cmd.NAME):
                 return
             if (
-                isinstance(cmd, c.PositionCommand)
+                isinstance(cmd, wire.PositionCommand)
                 and cmd.stream_name in self._connected.get(conn, ())
                 and stream.can_discard_position(cmd.instance_name, cmd.new_token)
             ):
                 return
             self._enqueue(conn, cmd)
-        elif isinstance(cmd, c.ReplicateCommand):
+        elif isinstance(cmd, wire.ReplicateCommand):
             if self.on_replicate is not None:
                 self.on_replicate(conn)
         else:
@@ -252,13 +221,13 @@ class ReplicationHandler:
             self._refusals_logged[key] = now
             log.warning("%s", message)
 
-    def position_known(self, conn: Connection, cmd: c.PositionCommand) -> bool:
+    def position_known(self, conn: Connection, cmd: wire.PositionCommand) -> bool:
         """Whether ``cmd`` needs no :meth:`check_position`: its token is at most what this process
         knows the stream's sequence to have handed out (or the stream is unknown: refused anyway)."""
         stream = self.streams.get(cmd.stream_name)
         return stream is None or stream.position_allowed(cmd.new_token)
 
-    async def check_position(self, conn: Connection, cmd: c.PositionCommand) -> str | None:
+    async def check_position(self, conn: Connection, cmd: wire.PositionCommand) -> str | None:
         """Why ``cmd`` must be refused, or None: the sender must be allowed to send it, and its token
         cannot be beyond the highest ID the stream's sequence has handed out (read again if needed).
 
@@ -284,7 +253,7 @@ class ReplicationHandler:
             f"the stream's sequence has handed out ({bound})"
         )
 
-    def _enqueue(self, conn: Connection, cmd: c.Command | RdataRun, weight: int = 1) -> None:
+    def _enqueue(self, conn: Connection, cmd: wire.Command | RdataRun, weight: int = 1) -> None:
         name = cmd.stream_name  # type: ignore[union-attr]
         queue = self._queues.get(name)
         if queue is None:
@@ -334,16 +303,18 @@ class ReplicationHandler:
                 if not self._capacity.is_set() and self._backlog < self.max_backlog // 2:
                     self._capacity.set()
 
-    async def _process(self, stream: ReplicatedStream, commands: list[tuple[Connection, c.Command | RdataRun]]) -> None:
+    async def _process(
+        self, stream: ReplicatedStream, commands: list[tuple[Connection, wire.Command | RdataRun]]
+    ) -> None:
         #: Per writer, the last token whose rows the plugins have seen but the position not yet passed.
         pending: dict[str, int] = {}
         for conn, cmd in commands:
             try:
                 if type(cmd) is RdataRun:
                     await self._process_run(stream, conn, cmd, pending)
-                elif type(cmd) is c.RdataCommand:
+                elif type(cmd) is wire.RdataCommand:
                     await self._process_rdata(stream, conn, cmd, pending)
-                elif isinstance(cmd, c.PositionCommand):
+                elif isinstance(cmd, wire.PositionCommand):
                     await self._advance_pending(stream, pending)
                     await self._process_position(conn, cmd)
             except asyncio.CancelledError:
@@ -358,7 +329,7 @@ class ReplicationHandler:
         pending.clear()
 
     async def _process_rdata(
-        self, stream: ReplicatedStream, conn: Connection, cmd: c.RdataCommand, pending: dict[str, int]
+        self, stream: ReplicatedStream, conn: Connection, cmd: wire.RdataCommand, pending: dict[str, int]
     ) -> None:
         try:
             row = stream.parse_row(cmd.row)
@@ -452,7 +423,7 @@ class ReplicationHandler:
             if waiting is not None:
                 await waiting
 
-    async def _process_position(self, conn: Connection, cmd: c.PositionCommand) -> None:
+    async def _process_position(self, conn: Connection, cmd: wire.PositionCommand) -> None:
         stream = self.streams[cmd.stream_name]
         if cmd.stream_name in self._connected.get(conn, ()) and stream.can_discard_position(
             cmd.instance_name, cmd.new_token

@@ -45,17 +45,16 @@ import contextlib
 import functools
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from itertools import compress
 from operator import itemgetter, methodcaller, not_
-from typing import Any
+from typing import Any, Protocol
 
 from factstream.config import Settings
-from factstream.replication import commands as c
+from factstream.replication import wire
 from factstream.replication.auth import ReplicationSecret
-from factstream.replication.handler import ProtocolError, RdataRun, ReplicationHandler
 from factstream.replication.resp import RedisAddress, RespClient, RespError
-from factstream.replication.runs import split_runs, uniform_run
+from factstream.replication.wire import ProtocolError, RdataRun, split_runs, uniform_run
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +82,30 @@ PACKED_LINES = 1_000
 RECOUNT_SECONDS = 0.1
 
 
+class Reader(Protocol):
+    """What this transport needs of the reader it delivers to.
+
+    :class:`~factstream.replication.handler.ReplicationHandler` implements it; the transport depends on
+    the codec (:mod:`factstream.replication.wire`), not on the reader.
+    """
+
+    @property
+    def streams(self) -> Mapping[str, object]:
+        """The streams this process knows, by name."""
+
+    def new_connection(self, conn: RedisLink) -> None: ...
+
+    def lost_connection(self, conn: RedisLink) -> None: ...
+
+    def has_capacity(self) -> bool: ...
+
+    async def wait_for_capacity(self) -> None: ...
+
+    def on_command(self, conn: RedisLink, cmd: wire.Command) -> None: ...
+
+    def on_rdata_run(self, conn: RedisLink, run: RdataRun) -> None: ...
+
+
 class RedisLink:
     """The handler's view of one subscription (a new object after each reconnection).
 
@@ -96,14 +119,14 @@ class RedisLink:
         self.transport = transport
         self.name = f"redis#{generation}"
 
-    def send(self, command: c.Command) -> None:
+    def send(self, command: wire.Command) -> None:
         self.transport.send(command)
 
 
 class RedisTransport:
     """Replication over one Redis pub/sub channel named after the deployment."""
 
-    def __init__(self, settings: Settings, handler: ReplicationHandler) -> None:
+    def __init__(self, settings: Settings, handler: Reader) -> None:
         assert settings.redis.url
         self.url = settings.redis.url
         self.address = RedisAddress.from_url(settings.redis.url)
@@ -163,8 +186,8 @@ class RedisTransport:
 
     # -- publishing ----------------------------------------------------------------------------------
 
-    def send(self, command: c.Command) -> None:
-        self._publish(command.redis_channel(self.channel).encode("utf-8"), [c.encode_line(command)[:-1]])
+    def send(self, command: wire.Command) -> None:
+        self._publish(command.redis_channel(self.channel).encode("utf-8"), [wire.encode_line(command)[:-1]])
 
     #: How the streamer ends the lines it hands to :meth:`send_lines`: not at all (a message is a line).
     line_end = b""
@@ -311,7 +334,7 @@ class RedisTransport:
                 await client.subscribe(self._channel, functools.partial(self._receive, client, link))
                 self.link = link
                 self._forget_multiline()  # and announce ourselves, before REPLICATE: peers re-announce on it
-                self.send(c.ReplicateCommand())
+                self.send(wire.ReplicateCommand())
                 if self.on_connected is not None:
                     self.on_connected()
                 self.connected.set()
@@ -489,11 +512,11 @@ class RedisTransport:
                 self._multiline.add(data[len(MULTILINE) :])
             return
         try:
-            cmd = c.parse_command(data)
-        except c.CommandParseError as exc:
+            cmd = wire.parse_command(data)
+        except wire.CommandParseError as exc:
             log.warning("ignoring a replication line that does not parse (%s): %r", exc, data[:200])
             return
-        if type(cmd) is c.ReplicateCommand:
+        if type(cmd) is wire.ReplicateCommand:
             self._peers = True  # someone (re)subscribed: answer them, and keep sending
             self._forget_multiline()
         try:

@@ -15,7 +15,7 @@ import msgspec
 
 from factstream.db.database import Database
 from factstream.idgen.generator import MultiWriterIdGenerator
-from factstream.replication.commands import decode_json
+from factstream.replication.wire import decode_json
 from factstream.streams import StreamSpec, Update
 
 #: How many rows one update-function call aims for (a target, never splitting a token).

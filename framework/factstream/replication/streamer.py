@@ -26,7 +26,7 @@ import logging
 from collections.abc import Iterable
 from typing import Protocol
 
-from factstream.replication import commands as c
+from factstream.replication import wire
 from factstream.replication.stream import ReplicatedStream
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 class Outlet(Protocol):
     """Where the streamer's commands go (a transport)."""
 
-    def send(self, command: c.Command) -> None: ...
+    def send(self, command: wire.Command) -> None: ...
 
     def send_lines(self, lines: list[bytes]) -> None:
         """Send encoded lines, each ending in :attr:`line_end` if the outlet has one, else ``b"\\n"``."""
@@ -99,7 +99,7 @@ class ReplicationStreamer:
     def _send_positions(self) -> None:
         """``POSITION s me t t`` for every stream, ``t`` the last token sent."""
         for stream in self.streams:
-            self.send(c.PositionCommand(stream.name, self.instance_name, stream.last_token, stream.last_token))
+            self.send(wire.PositionCommand(stream.name, self.instance_name, stream.last_token, stream.last_token))
 
     def announce(self) -> None:
         """Announce every stream's position on the next iteration (after any backlog)."""
@@ -153,15 +153,15 @@ class ReplicationStreamer:
                 more |= limited
                 if not tokens:
                     if current > last:
-                        self.send(c.PositionCommand(stream.name, self.instance_name, last, current))
+                        self.send(wire.PositionCommand(stream.name, self.instance_name, last, current))
                     continue
                 last = tokens[-1]
                 self.send_lines(
-                    c.encode_rdata_run(stream.name, self.instance_name, _batched(tokens), rows, self.line_end)
+                    wire.encode_rdata_run(stream.name, self.instance_name, _batched(tokens), rows, self.line_end)
                 )
                 self.rows_sent += len(tokens)
                 if last < current:
-                    self.send(c.PositionCommand(stream.name, self.instance_name, last, current))
+                    self.send(wire.PositionCommand(stream.name, self.instance_name, last, current))
         if self._announce:
             self._announce = False
             self._send_positions()

@@ -33,10 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol, cast
 
-from factstream.replication import commands as c
+from factstream.replication import wire
 from factstream.replication.auth import AUTH, AUTH_OK, CHALLENGE, AuthError, ReplicationSecret, new_nonce
-from factstream.replication.handler import ProtocolError, RdataRun
-from factstream.replication.runs import split_runs
+from factstream.replication.wire import ProtocolError, RdataRun, split_runs
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +45,7 @@ DEFAULT_MAX_LINE = 64 * 1024
 DEFAULT_MAX_QUEUE = 10_000
 
 Side = Literal["server", "client"]
-Dispatch = Callable[["TcpConnection", c.Command], None]
+Dispatch = Callable[["TcpConnection", wire.Command], None]
 DispatchRun = Callable[["TcpConnection", RdataRun], None]
 READ_CHUNK = 256 * 1024
 #: Bytes handed to the socket between two waits for it to drain.
@@ -66,10 +65,10 @@ class Capacity(Protocol):
 class PositionVetter(Protocol):
     """Checks a POSITION against the stream's sequence before it is processed (the handler implements this)."""
 
-    def position_known(self, conn: TcpConnection, cmd: c.PositionCommand) -> bool:
+    def position_known(self, conn: TcpConnection, cmd: wire.PositionCommand) -> bool:
         """True if the POSITION needs no check (its token is at most what is known to be allocated)."""
 
-    async def check_position(self, conn: TcpConnection, cmd: c.PositionCommand) -> str | None:
+    async def check_position(self, conn: TcpConnection, cmd: wire.PositionCommand) -> str | None:
         """Why the POSITION must be refused, or None to accept it."""
 
 
@@ -123,7 +122,9 @@ class TcpConnection:
         self.name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         # Beyond the reference: writers' RDATA/POSITION go to the hub, which relays them and
         # REPLICATE to the other clients (see the module docstring).
-        self.inbound = c.CLIENT_SENDS | {"RDATA", "POSITION"} if side == "server" else c.SERVER_SENDS | {"REPLICATE"}
+        self.inbound = (
+            wire.CLIENT_SENDS | {"RDATA", "POSITION"} if side == "server" else wire.SERVER_SENDS | {"REPLICATE"}
+        )
         # Encoded lines waiting to be written, as blobs of one or more whole lines; ``_queued``
         # counts the lines (the bound is in commands, as in the reference).
         self._queue: deque[tuple[bytes, int]] = deque()
@@ -141,10 +142,10 @@ class TcpConnection:
     def closed(self) -> bool:
         return self._closed.is_set()
 
-    def send(self, command: c.Command) -> None:
+    def send(self, command: wire.Command) -> None:
         """Queue a command; a full queue means the peer cannot keep up: disconnect it."""
         if not self.closed:
-            self.send_line(c.encode_line(command))
+            self.send_line(wire.encode_line(command))
 
     def send_line(self, line: bytes) -> None:
         """Queue an encoded line (``send`` for many connections encodes once, then calls this)."""
@@ -178,10 +179,10 @@ class TcpConnection:
 
     def greet(self) -> None:
         """The server's greeting: ``SERVER``, the challenge when a secret is set, and a ``PING``."""
-        lines = [c.encode_line(c.ServerCommand(self.server_name))]
+        lines = [wire.encode_line(wire.ServerCommand(self.server_name))]
         if self.secret is not None:
             lines.append(self.secret.challenge_line(self._nonce))
-        lines.append(c.encode_line(c.PingCommand(str(int(time.time() * 1000)))))
+        lines.append(wire.encode_line(wire.PingCommand(str(int(time.time() * 1000)))))
         self._write_now(b"".join(lines))
 
     def _overflow(self) -> None:
@@ -197,7 +198,7 @@ class TcpConnection:
         self.close_reason = error
         if error is not None:
             with contextlib.suppress(Exception):
-                self.writer.write(c.encode_line(c.ErrorCommand(error)))
+                self.writer.write(wire.encode_line(wire.ErrorCommand(error)))
                 if self.writer.can_write_eof():
                     self.writer.write_eof()
         self._closed.set()
@@ -263,7 +264,7 @@ class TcpConnection:
         """Receive a chunk's lines in order; False once the connection has been closed.
 
         Runs of RDATA lines for one stream and writer skip the per-line parse (see
-        :func:`~factstream.replication.runs.split_runs`): their rows are validated as JSON in one
+        :func:`~factstream.replication.wire.runs.split_runs`): their rows are validated as JSON in one
         call and handed over as one :class:`RdataRun`. Before the peer is trusted every line is
         handled alone (the handshake comes first). A POSITION that needs checking against the
         database holds up the lines after it until the check is done.
@@ -285,7 +286,7 @@ class TcpConnection:
                 return False
         return True
 
-    def _receive_line(self, line: bytes) -> bool | c.PositionCommand:
+    def _receive_line(self, line: bytes) -> bool | wire.PositionCommand:
         """Parse and dispatch one line; False once the connection has been closed because of it, or
         the POSITION it holds if that must be checked first (see :meth:`_vet_position`)."""
         if len(line) > self.max_line:
@@ -296,8 +297,8 @@ class TcpConnection:
         if not self.trusted:
             return self._receive_untrusted(line)
         try:
-            cmd = c.parse_command(line)
-        except c.CommandParseError as exc:
+            cmd = wire.parse_command(line)
+        except wire.CommandParseError as exc:
             if line.startswith(CHALLENGE + b" "):
                 log.error(
                     "replication server %s asks for replication.secret, which is not set here: set the same "
@@ -312,15 +313,15 @@ class TcpConnection:
             self.close(f"invalid command: {cmd.NAME}")
             return False
         kind = type(cmd)
-        if kind is c.PositionCommand:
-            position = cast(c.PositionCommand, cmd)
+        if kind is wire.PositionCommand:
+            position = cast(wire.PositionCommand, cmd)
             if self.vetter is not None and not self.vetter.position_known(self, position):
                 return position
-        elif kind is not c.RdataCommand and not self._protocol_command(cmd):
+        elif kind is not wire.RdataCommand and not self._protocol_command(cmd):
             return False
         return self._dispatch(cmd)
 
-    def _dispatch(self, cmd: c.Command) -> bool:
+    def _dispatch(self, cmd: wire.Command) -> bool:
         try:
             self.dispatch(self, cmd)
         except ProtocolError as exc:
@@ -328,7 +329,7 @@ class TcpConnection:
             return False
         return True
 
-    async def _vet_position(self, cmd: c.PositionCommand) -> bool:
+    async def _vet_position(self, cmd: wire.PositionCommand) -> bool:
         """Check a POSITION beyond what this process knows to be allocated before dispatching it."""
         assert self.vetter is not None
         reason = await self.vetter.check_position(self, cmd)
@@ -377,12 +378,12 @@ class TcpConnection:
             return False
         # A client waiting for the server's proof accepts only the greeting, pings and errors.
         try:
-            cmd = c.parse_command(line)
-        except c.CommandParseError as exc:
+            cmd = wire.parse_command(line)
+        except wire.CommandParseError as exc:
             self.close(f"failed to parse line: {exc}")
             return False
         kind = type(cmd)
-        if kind is c.ServerCommand or kind is c.ErrorCommand or (kind is c.PingCommand and self._server_nonce):
+        if kind is wire.ServerCommand or kind is wire.ErrorCommand or (kind is wire.PingCommand and self._server_nonce):
             return self._protocol_command(cmd)
         if self._server_nonce is None:
             log.error(
@@ -395,11 +396,11 @@ class TcpConnection:
             self.close(f"{cmd.NAME} before the server proved that it knows replication.secret")
         return False
 
-    def _protocol_command(self, cmd: c.Command) -> bool:
+    def _protocol_command(self, cmd: wire.Command) -> bool:
         """Handle the commands that belong to the link itself; False if the link was closed."""
-        if isinstance(cmd, c.PingCommand):
+        if isinstance(cmd, wire.PingCommand):
             self._received_ping = True
-        elif isinstance(cmd, c.NameCommand):
+        elif isinstance(cmd, wire.NameCommand):
             if self.side == "server":
                 if cmd.name == self.local_name:
                     self.close(f"NAME {cmd.name}: that is this process's own instance name")
@@ -409,9 +410,9 @@ class TcpConnection:
                     return False
                 self.peer = cmd.name
             self.name = cmd.name
-        elif isinstance(cmd, c.ErrorCommand):
+        elif isinstance(cmd, wire.ErrorCommand):
             log.warning("replication peer %s reported an error: %s", self.name, cmd.message)
-        elif isinstance(cmd, c.ServerCommand) and cmd.server_name != self.server_name:
+        elif isinstance(cmd, wire.ServerCommand) and cmd.server_name != self.server_name:
             self.close("Wrong remote")
             return False
         return True
@@ -444,7 +445,7 @@ class TcpConnection:
                 self.close("ping timeout")
                 return
             if now - self._last_sent >= self.ping_interval:
-                self.send(c.PingCommand(str(int(time.time() * 1000))))
+                self.send(wire.PingCommand(str(int(time.time() * 1000))))
 
 
 @dataclass(frozen=True)
@@ -516,10 +517,10 @@ class TcpServer:
             if task is not None:
                 self._tasks.discard(task)
 
-    def send_all(self, command: c.Command, *, exclude: TcpConnection | None = None) -> None:
+    def send_all(self, command: wire.Command, *, exclude: TcpConnection | None = None) -> None:
         if not self.connections:
             return
-        line = c.encode_line(command)
+        line = wire.encode_line(command)
         for conn in list(self.connections):
             if conn is not exclude and conn.may_send:  # nothing for a client that has not authenticated
                 conn.send_line(line)
@@ -592,10 +593,10 @@ class TcpClient:
             conn.name = f"{self.host}:{self.port}"
             self.connection = conn
             self.connects += 1
-            conn.send(c.NameCommand(self.link.local_name))
-            conn.send(c.PingCommand(str(int(time.time() * 1000))))
+            conn.send(wire.NameCommand(self.link.local_name))
+            conn.send(wire.PingCommand(str(int(time.time() * 1000))))
             self.link.on_connect(conn)
-            conn.send(c.ReplicateCommand())
+            conn.send(wire.ReplicateCommand())
             self.connected.set()
             try:
                 await conn.run()
@@ -608,7 +609,7 @@ class TcpClient:
                 )
             await asyncio.sleep(delay)
 
-    def send_all(self, command: c.Command, *, exclude: TcpConnection | None = None) -> None:
+    def send_all(self, command: wire.Command, *, exclude: TcpConnection | None = None) -> None:
         conn = self.connection
         if conn is not None and conn is not exclude:
             conn.send(command)

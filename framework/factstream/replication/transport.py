@@ -15,10 +15,11 @@ from typing import Protocol
 
 from factstream.config import Settings
 from factstream.errors import ConfigError
-from factstream.replication import commands as c
+from factstream.replication import wire
 from factstream.replication.auth import ReplicationSecret
-from factstream.replication.handler import RdataRun, ReplicationHandler
+from factstream.replication.handler import ReplicationHandler
 from factstream.replication.tcp import Link, TcpClient, TcpConnection, TcpServer
+from factstream.replication.wire import RdataRun
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ class Transport(Protocol):
 
     async def start(self) -> None: ...
 
-    def send(self, command: c.Command) -> None: ...
+    def send(self, command: wire.Command) -> None: ...
 
     def send_lines(self, lines: list[bytes]) -> None:
         """Send encoded lines (each one command, ending in a newline), in order."""
@@ -57,9 +58,9 @@ class TcpTransport:
         self.is_server = settings.instance_name == main
         self.endpoint: TcpServer | TcpClient | None = None
 
-    def _dispatch(self, conn: TcpConnection, cmd: c.Command) -> None:
+    def _dispatch(self, conn: TcpConnection, cmd: wire.Command) -> None:
         self.handler.on_command(conn, cmd)  # raises ProtocolError for what must not be relayed
-        if self.is_server and isinstance(cmd, c.RdataCommand | c.PositionCommand | c.ReplicateCommand):
+        if self.is_server and isinstance(cmd, wire.RdataCommand | wire.PositionCommand | wire.ReplicateCommand):
             assert isinstance(self.endpoint, TcpServer)
             self.endpoint.send_all(cmd, exclude=conn)  # the hub relays writers' commands
 
@@ -103,7 +104,7 @@ class TcpTransport:
             client.start()
             self.endpoint = client
 
-    def send(self, command: c.Command) -> None:
+    def send(self, command: wire.Command) -> None:
         if self.endpoint is not None:
             self.endpoint.send_all(command)
 

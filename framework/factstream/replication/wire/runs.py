@@ -16,7 +16,36 @@ from collections.abc import Iterator, Sequence
 
 import msgspec
 
-from factstream.replication.handler import RdataRun
+__all__ = ["RdataRun", "json_array", "split_runs", "uniform_run"]
+
+
+class RdataRun:
+    """Consecutive RDATA lines of one stream and writer, as a TCP link read them in one chunk.
+
+    ``tokens[i]`` is the i-th line's token (``None`` for ``batch``), ``texts[i]`` its row's JSON text
+    (checked to be exactly one JSON value), ``array`` the texts as one JSON array (what that check
+    parsed, kept for the decoding) and ``lines[i]`` the raw line (for relaying). Processing a
+    run is exactly processing its lines one at a time, in order; it only saves the per-line machinery.
+    """
+
+    __slots__ = ("array", "instance_name", "lines", "stream_name", "texts", "tokens")
+
+    def __init__(
+        self,
+        stream_name: str,
+        instance_name: str,
+        tokens: list[int | None],
+        texts: Sequence[bytes],
+        array: bytes,
+        lines: list[bytes],
+    ) -> None:
+        self.stream_name = stream_name
+        self.instance_name = instance_name
+        self.tokens = tokens
+        self.texts = texts
+        self.array = array
+        self.lines = lines
+
 
 _decode_raws = msgspec.json.Decoder(list[msgspec.Raw]).decode
 
