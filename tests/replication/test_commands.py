@@ -17,19 +17,17 @@ from __future__ import annotations
 import json
 import math
 import types
-from typing import Any, ClassVar, Self
+from typing import Any
 
 import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from factstream.errors import PluginError
 from factstream.replication import wire as codec
 from factstream.replication.wire import (
     BUILTIN_COMMANDS,
     CLIENT_SENDS,
-    DEFAULT_REGISTRY,
     SERVER_SENDS,
     BlankLineError,
     CancelTaskCommand,
@@ -37,7 +35,6 @@ from factstream.replication.wire import (
     Command,
     CommandEncodeError,
     CommandParseError,
-    CommandRegistry,
     ErrorCommand,
     FederationAckCommand,
     LockReleasedCommand,
@@ -779,126 +776,6 @@ def test_direction_allow_lists_match_synapse() -> None:
 def test_redis_channel_is_the_prefix_except_user_ip(command_type: type[Command]) -> None:
     expected = "example.com/USER_IP" if command_type is UserIpCommand else "example.com"
     assert command_type.redis_channel("example.com") == expected
-
-
-# --------------------------------------------------------------------------------------------------
-# Registry: plugin commands
-
-
-class EchoCommand(Command, frozen=True):
-    """A plugin's command: ``ECHO <count> <text>``."""
-
-    NAME: ClassVar[str] = "ECHO"
-    count: int
-    text: str
-
-    def to_body(self) -> str:
-        return f"{self.count} {self.text}"
-
-    @classmethod
-    def from_body(cls, body: str) -> Self:
-        count, text = body.split(" ", 1)
-        return cls(int(count), text)
-
-
-def test_plugin_command_parses_with_its_registry_only() -> None:
-    registry = CommandRegistry()
-    registry.register(EchoCommand)
-
-    assert parse_command("ECHO 2 hello world", registry=registry) == EchoCommand(2, "hello world")
-    assert parse_command("PING 1", registry=registry) == PingCommand("1")  # built-ins included
-    with pytest.raises(CommandParseError, match=r"^unknown command 'ECHO'$"):
-        parse_command("ECHO 2 hello")
-    assert "ECHO" in registry and "ECHO" not in DEFAULT_REGISTRY
-    assert registry.get("ECHO") is EchoCommand
-    assert len(registry) == len(BUILTIN_COMMANDS) + 1
-
-
-def test_plugin_from_body_value_error_becomes_a_parse_error_naming_the_command() -> None:
-    registry = CommandRegistry()
-    registry.register(EchoCommand)
-
-    with pytest.raises(CommandParseError, match=r"^ECHO: invalid literal for int\(\) with base 10: 'x'$"):
-        parse_command("ECHO x hello", registry=registry)
-    with pytest.raises(CommandParseError, match=r"^ECHO: not enough values to unpack"):
-        parse_command("ECHO 1", registry=registry)
-
-
-def test_duplicate_command_name_is_refused_naming_both_classes() -> None:
-    class OtherPing(Command, frozen=True):
-        NAME: ClassVar[str] = "PING"
-
-        def to_body(self) -> str:
-            return ""
-
-        @classmethod
-        def from_body(cls, body: str) -> Self:
-            return cls()
-
-    registry = CommandRegistry()
-    with pytest.raises(PluginError) as caught:
-        registry.register(OtherPing)
-
-    message = str(caught.value)
-    assert (
-        "replication command PING is already registered by factstream.replication.wire.builtin.PingCommand" in message
-    )
-    assert "OtherPing cannot register it again" in message
-
-
-def test_registry_can_be_used_as_a_decorator_and_frozen() -> None:
-    registry = CommandRegistry(commands=())
-    assert registry.register(EchoCommand) is EchoCommand
-    registry.freeze()
-
-    with pytest.raises(PluginError, match="the registry is frozen"):
-        registry.register(PingCommand)
-    assert list(registry) == [EchoCommand]
-
-
-def test_default_registry_is_read_only() -> None:
-    with pytest.raises(PluginError, match="the registry is frozen"):
-        DEFAULT_REGISTRY.register(EchoCommand)
-    assert DEFAULT_REGISTRY.frozen
-    assert list(DEFAULT_REGISTRY) == list(BUILTIN_COMMANDS)
-
-
-def test_registry_refuses_classes_that_are_not_commands() -> None:
-    class NoName(Command, frozen=True):
-        def to_body(self) -> str:
-            return ""
-
-        @classmethod
-        def from_body(cls, body: str) -> Self:
-            return cls()
-
-    class Spaced(NoName, frozen=True):
-        NAME: ClassVar[str] = "TWO WORDS"
-
-    class NoParser(Command, frozen=True):
-        NAME: ClassVar[str] = "NOPARSE"
-
-        def to_body(self) -> str:
-            return ""
-
-    registry = CommandRegistry(commands=())
-    with pytest.raises(PluginError, match="is not a subclass of factstream's replication Command"):
-        registry.register(str)  # type: ignore[type-var]
-    with pytest.raises(PluginError, match="must define NAME as a non-empty printable ASCII word"):
-        registry.register(NoName)
-    with pytest.raises(PluginError, match="got 'TWO WORDS'"):
-        registry.register(Spaced)
-    with pytest.raises(PluginError, match=r"NOPARSE \(.*\) does not define from_body"):
-        registry.register(NoParser)
-    assert len(registry) == 0
-
-
-def test_a_subclass_does_not_inherit_its_parents_registration_name() -> None:
-    class Louder(PingCommand, frozen=True):
-        pass
-
-    with pytest.raises(PluginError, match="must define NAME"):
-        CommandRegistry(commands=()).register(Louder)
 
 
 def test_rows_nested_too_deeply_for_both_decoders_are_a_parse_error() -> None:

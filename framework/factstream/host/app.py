@@ -38,7 +38,6 @@ from factstream.host.sync import SyncService
 from factstream.idgen.generator import MultiWriterIdGenerator
 from factstream.idgen.leases import WriterLeases
 from factstream.plugins import PluginHost
-from factstream.replication import wire
 from factstream.replication.handler import PositionCallback, ReplicationHandler, RowsCallback, ScopedRowsCallback
 from factstream.replication.stream import ReplicatedStream
 from factstream.replication.streamer import ReplicationStreamer
@@ -276,11 +275,6 @@ class Host:
             await stop.wait()
         finally:
             await self.stop()
-
-    def send(self, command: wire.Command) -> None:
-        """Send a command to every peer (plugins' own commands)."""
-        if self.transport is not None:
-            self.transport.send(command)
 
 
 def freeze_startup_heap() -> None:

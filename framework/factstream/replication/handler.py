@@ -116,9 +116,7 @@ class ReplicationHandler:
         self._waiters: dict[tuple[str, str], list[tuple[int, int, asyncio.Future[None]]]] = defaultdict(list)
         self._order = itertools.count()
         self.on_replicate: Callable[[Connection], None] | None = None
-        self.extra_handlers: dict[str, Callable[[Connection, wire.Command], Awaitable[None] | None]] = {}
         self.rows_processed = 0
-        self._background: set[asyncio.Future[Any]] = set()
         #: Above this many queued commands, transports stop reading until processing catches up:
         #: the backlog then builds on the sender, which disconnects a reader that cannot keep up.
         self.max_backlog = max_backlog
@@ -148,6 +146,7 @@ class ReplicationHandler:
 
         Returns normally having accepted the command or, on a relaying link, having dropped a
         refused one; only an accepted command may be passed on to others (the TCP hub relays it).
+        The reader acts on RDATA, POSITION and REPLICATE; it ignores every other command.
         """
         kind = type(cmd)
         if kind is wire.RdataCommand or kind is wire.PositionCommand:
@@ -164,17 +163,8 @@ class ReplicationHandler:
             ):
                 return
             self._enqueue(conn, cmd)
-        elif isinstance(cmd, wire.ReplicateCommand):
-            if self.on_replicate is not None:
-                self.on_replicate(conn)
-        else:
-            handler = self.extra_handlers.get(cmd.NAME)
-            if handler is not None:
-                result = handler(conn, cmd)
-                if inspect.isawaitable(result):
-                    task = asyncio.ensure_future(result)
-                    self._background.add(task)
-                    task.add_done_callback(self._background.discard)
+        elif isinstance(cmd, wire.ReplicateCommand) and self.on_replicate is not None:
+            self.on_replicate(conn)
 
     def on_rdata_run(self, conn: Connection, run: RdataRun) -> None:
         """Dispatch a run of RDATA lines (see :class:`RdataRun`); raises :class:`ProtocolError` like ``on_command``."""

@@ -8,7 +8,7 @@ reader (:mod:`~factstream.replication.handler`) import this package, never each 
 * :mod:`.command` — the :class:`Command` base class, the codec's errors, the field helpers, one line's encoding.
 * :mod:`.rdata` — ``RDATA`` and ``POSITION``, the stream commands, and the streamer's bulk RDATA encoding.
 * :mod:`.builtin` — the other built-in commands and which side of a TCP link may send each.
-* :mod:`.registry` — parsing a received line (:func:`parse_command`) and the registry of commands.
+* :mod:`.parse` — parsing a received line (:func:`parse_command`).
 * :mod:`.runs` — reading many RDATA lines at once (:class:`RdataRun`).
 
 The names below are what the rest of the core uses; import them from this package.
@@ -41,14 +41,13 @@ from factstream.replication.wire.command import (
     encode_line,
 )
 from factstream.replication.wire.json import decode_json, encode_json
+from factstream.replication.wire.parse import parse_command
 from factstream.replication.wire.rdata import PositionCommand, RdataCommand, encode_rdata_lines, encode_rdata_run
-from factstream.replication.wire.registry import DEFAULT_REGISTRY, CommandRegistry, parse_command
 from factstream.replication.wire.runs import RdataRun, json_array, split_runs, uniform_run
 
 __all__ = [
     "BUILTIN_COMMANDS",
     "CLIENT_SENDS",
-    "DEFAULT_REGISTRY",
     "SERVER_SENDS",
     "BlankLineError",
     "CancelTaskCommand",
@@ -56,7 +55,6 @@ __all__ = [
     "Command",
     "CommandEncodeError",
     "CommandParseError",
-    "CommandRegistry",
     "ErrorCommand",
     "FederationAckCommand",
     "LockReleasedCommand",

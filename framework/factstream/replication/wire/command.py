@@ -170,7 +170,7 @@ def parse_typed_json(command: str, what: str, text: str, kind: Any) -> Any:
 class Command(msgspec.Struct, frozen=True):
     """One replication command: a frozen, typed value whose fields are in wire order.
 
-    Subclasses set ``NAME`` (the first word of the line, unique in a registry) and implement
+    Subclasses set ``NAME`` (the first word of the line, unique among the commands) and implement
     :meth:`to_body` and :meth:`from_body` such that ``cls.from_body(cmd.to_body()) == cmd`` for every
     command ``to_body`` accepts. Construction does not validate: the parser already did on the receive
     path, which is hot, and :meth:`to_line` checks what the wire needs on the send path.
