@@ -27,7 +27,7 @@ import factstream
 from factstream import CacheSpec
 from factstream.config import load_config
 from factstream.host.app import Host
-from factstream.plugins import load_plugins
+from factstream.plugin.manager import load_plugins
 from factstream.replication import wire
 
 MEMBERS = 1_000

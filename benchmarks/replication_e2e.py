@@ -32,7 +32,7 @@ from factstream.config import load_config
 from factstream.db.engine import libpq_url
 from factstream.host.app import Host, freeze_startup_heap
 from factstream.idgen import create_sequence_sql
-from factstream.plugins import load_plugins
+from factstream.plugin.manager import load_plugins
 
 
 class BenchRow(msgspec.Struct, frozen=True):

@@ -42,7 +42,7 @@ def main() -> None:
 
         server = start_embedded(Path(tempfile.mkdtemp(prefix="factstream-bench-")))
     from factstream.migrate import Migrator
-    from factstream.plugins import load_plugins
+    from factstream.plugin.manager import load_plugins
     from factstream.testing import create_database, drop_database
 
     url = create_database(server, prefix="fs_bench")  # a scratch database on that server

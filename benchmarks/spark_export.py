@@ -105,7 +105,7 @@ def run(url: str, facts: int = 1_000_000, rounds: int = 3) -> list[str]:
     from factstream.export import direct
     from factstream.export.runner import ExportRunner
     from factstream.export.session import build_session
-    from factstream.plugins import load_plugins
+    from factstream.plugin.manager import load_plugins
 
     _fill(url, facts)
     plugins = load_plugins(extra=[("bench_export", _BenchPlugin())])
@@ -168,7 +168,7 @@ def main() -> None:
 
         server = start_embedded(Path(tempfile.mkdtemp(prefix="factstream-bench-")))
     from factstream.migrate import Migrator
-    from factstream.plugins import load_plugins
+    from factstream.plugin.manager import load_plugins
     from factstream.testing import create_database, drop_database
 
     url = create_database(server, prefix="fs_bench")

@@ -39,7 +39,7 @@ import factstream
 from factstream import StreamSpec, StreamTable
 from factstream.config import load_config
 from factstream.host.app import Host
-from factstream.plugins import load_plugins
+from factstream.plugin.manager import load_plugins
 
 POLLS = 10_000
 SAMPLES = 200

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import factstream
-from factstream import hookspecs
+from factstream.plugin import hookspecs
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "framework" / "factstream"
@@ -84,7 +84,7 @@ def test_the_import_checks_catch_violations(tmp_path):
     plugin = tmp_path / "plugins" / "bad" / "factstream_bad"
     plugin.mkdir(parents=True)
     (plugin / "__init__.py").write_text(
-        "import factstream\nfrom factstream.db.engine import create_engine\nfrom factstream import plugins\n"
+        "import factstream\nfrom factstream.db.engine import create_engine\nfrom factstream import plugin\n"
     )
     (plugin / "tests").mkdir()
     (plugin / "tests" / "test_ok.py").write_text("from factstream.testing import PluginInstaller\n")
@@ -94,7 +94,7 @@ def test_the_import_checks_catch_violations(tmp_path):
 
     assert plugin_violations(tmp_path / "plugins") == [
         "plugins/bad/factstream_bad/__init__.py:2 imports factstream.db.engine (plugins may import only 'factstream')",
-        "plugins/bad/factstream_bad/__init__.py:3 imports factstream.plugins (plugins may import only 'factstream')",
+        "plugins/bad/factstream_bad/__init__.py:3 imports factstream.plugin (plugins may import only 'factstream')",
     ]
     assert core_violations(core, {"factstream_bad"}) == ["core/x.py:1 imports plugin package factstream_bad.rows"]
 

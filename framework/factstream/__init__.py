@@ -10,8 +10,8 @@ from factstream.db.metadata import metadata
 from factstream.errors import ConfigError, DatabaseError, FactstreamError, MigrationError, PluginError
 from factstream.idgen.generator import IdGeneratorError, MultiWriterIdGenerator
 from factstream.migration_ops import create_stream_sequence, drop_stream_sequence
-from factstream.plugins import hookimpl
-from factstream.specs import (
+from factstream.plugin.hookspecs import hookimpl
+from factstream.plugin.specs import (
     CURRENT_STATE_CACHE_NAME,
     CacheSpec,
     CommandSpec,
@@ -20,7 +20,7 @@ from factstream.specs import (
     MigrationSpec,
     RouteSpec,
 )
-from factstream.streams import StreamSpec, StreamTable, SyncRequest, Wake
+from factstream.plugin.streams import StreamSpec, StreamTable, SyncRequest, Wake
 
 __all__ = [
     "CURRENT_STATE_CACHE_NAME",

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from factstream.config import Settings, load_config
 from factstream.errors import FactstreamError, PluginError
-from factstream.plugins import PluginHost, load_plugins
+from factstream.plugin.manager import PluginHost, load_plugins
 
 BUILTIN_COMMANDS = frozenset({"plugins", "migrate", "demo", "run", "export"})
 

@@ -30,7 +30,7 @@ from alembic.util import CommandError
 from factstream.db.engine import sync_url
 from factstream.db.metadata import migration_branches
 from factstream.errors import MigrationError
-from factstream.plugins import CORE_PLUGIN, PluginHost
+from factstream.plugin.manager import CORE_PLUGIN, PluginHost
 from factstream.resources import migrations_dir
 
 log = logging.getLogger(__name__)

@@ -6,8 +6,8 @@ import datetime
 import string
 from pathlib import Path
 
+from factstream.plugin.specs import check_name
 from factstream.resources import templates_dir
-from factstream.specs import check_name
 
 
 def render_stream_plugin(name: str, target: Path, description: str = "") -> Path:

@@ -15,7 +15,7 @@ Fixtures:
 ``fresh_database``         a new empty database (URL); dropped after the test.
 ``migrated_database``      a fresh database with every loaded plugin's migrations applied (URL).
 ``plugin_installer``       installs plugins from a project directory or from source text.
-``plugin_host``            a :class:`~factstream.plugins.PluginHost` for the installed plugins.
+``plugin_host``            a :class:`~factstream.plugin.manager.PluginHost` for the installed plugins.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from sqlalchemy.engine import make_url
 from factstream.db.embedded import start_embedded, stop_embedded
 from factstream.db.engine import libpq_url
 from factstream.db.metadata import metadata
-from factstream.plugins import PluginHost, load_plugins
+from factstream.plugin.manager import PluginHost, load_plugins
 
 TEST_DATABASE_ENV = "FACTSTREAM_TEST_DATABASE_URL"
 TEST_REDIS_ENV = "FACTSTREAM_TEST_REDIS_URL"

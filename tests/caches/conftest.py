@@ -13,7 +13,7 @@ import pytest
 from factstream.config import load_config
 from factstream.host.app import Host
 from factstream.migrate import Migrator
-from factstream.plugins import load_plugins
+from factstream.plugin.manager import load_plugins
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHEDEMO = ROOT / "tests" / "plugins" / "cachedemo"

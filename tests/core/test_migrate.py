@@ -12,7 +12,7 @@ import pytest
 from factstream.db.engine import libpq_url
 from factstream.errors import MigrationError
 from factstream.migrate import Migrator
-from factstream.plugins import load_plugins
+from factstream.plugin.manager import load_plugins
 from factstream.testing import PluginInstaller
 
 #: The core branch's newest revision (plugins depend on CORE_BASE_REVISION, the first).

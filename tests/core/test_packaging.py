@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from factstream.migrate import Migrator
-from factstream.plugins import load_plugins
+from factstream.plugin.manager import load_plugins
 from factstream.scaffold import render_stream_plugin
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from factstream.errors import PluginError
-from factstream.plugins import load_plugins
+from factstream.plugin.manager import load_plugins
 from factstream.testing import PluginInstaller
 
 NOTES_DUPLICATE = """
@@ -318,7 +318,7 @@ async def test_rows_reach_every_plugin_in_hook_order_and_a_raising_one_is_logged
     host = load_plugins()
     callback = host.rows_callback(object())
 
-    with caplog.at_level(logging.ERROR, logger="factstream.plugins"):
+    with caplog.at_level(logging.ERROR, logger="factstream.plugin.manager"):
         for token in (1, 2, 3):
             await _deliver(callback, token)
 
@@ -380,7 +380,7 @@ async def test_a_single_plugin_is_called_directly_and_still_named_when_it_fails(
     host = load_plugins()
     callback = host.rows_callback(object())
 
-    with caplog.at_level(logging.ERROR, logger="factstream.plugins"):
+    with caplog.at_level(logging.ERROR, logger="factstream.plugin.manager"):
         assert callback(_Stream(), "main", 7, ["r"]) is None
 
     import factstream_alpha
@@ -398,7 +398,7 @@ async def test_a_run_of_tokens_reaches_a_single_plugin_in_order_one_token_at_a_t
     host = load_plugins()
     callback = host.rows_callback(object())
 
-    with caplog.at_level(logging.ERROR, logger="factstream.plugins"):
+    with caplog.at_level(logging.ERROR, logger="factstream.plugin.manager"):
         waiting = callback.many(_Stream(), "main", [10, 11, 12, 13], ["a", "b", "c", "d"])
         if kind == "sync":
             assert waiting is None  # synchronous hooks: no coroutine at all

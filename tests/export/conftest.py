@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from factstream.db.engine import libpq_url
-from factstream.plugins import PluginHost, load_plugins
+from factstream.plugin.manager import PluginHost, load_plugins
 from tests.export import exportplugin
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from factstream.export.runner import ExportRunner
-from factstream.plugins import load_plugins
+from factstream.plugin.manager import load_plugins
 from tests.export.writers import Writer
 
 

@@ -20,7 +20,7 @@ import pytest
 from factstream.config import load_config
 from factstream.host.app import Host
 from factstream.migrate import Migrator
-from factstream.plugins import PluginHost, PluginSelection, load_plugins
+from factstream.plugin.manager import PluginHost, PluginSelection, load_plugins
 
 INBOX_PROJECT = Path(__file__).resolve().parents[1] / "plugins" / "inbox"
 

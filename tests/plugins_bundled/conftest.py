@@ -21,7 +21,7 @@ from factstream import SyncRequest
 from factstream.config import load_config
 from factstream.host.app import Host
 from factstream.migrate import Migrator
-from factstream.plugins import load_plugins
+from factstream.plugin.manager import load_plugins
 from tests.export.conftest import spark  # noqa: F401  (the session's local Spark, for the export job test)
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from factstream.export.runner import ExportRunner
-from factstream.plugins import load_plugins
+from factstream.plugin.manager import load_plugins
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -10,7 +10,7 @@ import psycopg
 
 from factstream.db.engine import libpq_url
 from factstream.migrate import Migrator
-from factstream.plugins import PluginSelection, load_plugins
+from factstream.plugin.manager import PluginSelection, load_plugins
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = {"account_data": "factstream-account-data", "to_device": "factstream-to-device"}

@@ -11,7 +11,7 @@ import pytest
 from factstream.config import load_config
 from factstream.host.app import Host
 from factstream.migrate import Migrator
-from factstream.plugins import load_plugins
+from factstream.plugin.manager import load_plugins
 
 # The process tests' fixtures (a cluster of `factstream run` processes, a dedicated redis-server), for
 # every process test of this folder.

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from factstream.db.database import Database
-from factstream.streams import StreamSpec, StreamTable
+from factstream.plugin.streams import StreamSpec, StreamTable
 from factstream.sync import (
     MemoryInstanceIds,
     StreamToken,

@@ -5,7 +5,7 @@ Two kinds of rows invalidate:
 * rows of the caches stream (see :mod:`factstream.caches.invalidate`): ``(cache_func, keys)`` names
   a cache and one key, or the whole cache when ``keys`` is null; ``cs_cache_fake`` rows fan out to
   every cache that depends on a room's current state (:meth:`CacheRegistry.invalidate_room_state_local`);
-* rows of any other stream with :class:`~factstream.specs.InvalidationSpec` s: each spec's ``keys(row)``
+* rows of any other stream with :class:`~factstream.plugin.specs.InvalidationSpec` s: each spec's ``keys(row)``
   names the keys of its cache that the row makes stale (``None``: the whole cache).
 
 The host calls :meth:`InvalidationApplier.apply` from the replication handler's per-token rows
@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from factstream.caches.keys import BadKey, check_key, key_from_wire
-from factstream.specs import CURRENT_STATE_CACHE_NAME, SPECIAL_CACHE_NAMES, InvalidationSpec
+from factstream.plugin.specs import CURRENT_STATE_CACHE_NAME, SPECIAL_CACHE_NAMES, InvalidationSpec
 
 if TYPE_CHECKING:
     from factstream.caches.registry import CacheRegistry

@@ -34,7 +34,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 from factstream.caches.keys import check_key
 from factstream.caches.lru import LruCache
 from factstream.errors import FactstreamError
-from factstream.specs import CacheSpec, RoomStateKey
+from factstream.plugin.specs import CacheSpec, RoomStateKey
 
 P = ParamSpec("P")
 R = TypeVar("R")

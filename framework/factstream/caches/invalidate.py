@@ -23,8 +23,8 @@ from typing import Any
 from factstream.db.database import Transaction
 from factstream.errors import PluginError
 from factstream.idgen.generator import MultiWriterIdGenerator
-from factstream.specs import CURRENT_STATE_CACHE_NAME
-from factstream.streams import StreamSpec
+from factstream.plugin.specs import CURRENT_STATE_CACHE_NAME
+from factstream.plugin.streams import StreamSpec
 
 #: The name the core looks for (see the module docstring).
 CACHES_STREAM = "caches"

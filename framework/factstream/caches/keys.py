@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from factstream.specs import CacheSpec
+from factstream.plugin.specs import CacheSpec
 
 
 class BadKey(ValueError):

@@ -28,13 +28,13 @@ from factstream.caches.invalidate import Invalidation, InvalidationStream, room_
 from factstream.caches.keys import check_key, key_to_wire
 from factstream.caches.lru import LruCache
 from factstream.errors import FactstreamError
-from factstream.specs import SPECIAL_CACHE_NAMES, CacheSpec, InvalidationSpec
+from factstream.plugin.specs import SPECIAL_CACHE_NAMES, CacheSpec, InvalidationSpec
 
 if TYPE_CHECKING:
     from factstream.db.database import Transaction
     from factstream.idgen.generator import MultiWriterIdGenerator
-    from factstream.registry import Registry
-    from factstream.streams import StreamSpec
+    from factstream.plugin.registry import Registry
+    from factstream.plugin.streams import StreamSpec
 
 log = logging.getLogger(__name__)
 

@@ -176,12 +176,12 @@ def data_source_class(plans: Mapping[str, StreamPlan | str], url: str | None) ->
 def register_data_source(spark: Any, *, plugins: Any = None, url: str | None = None) -> None:
     """Register the ``factstream`` format in ``spark`` for the streams of ``plugins``.
 
-    ``plugins`` is a :class:`~factstream.plugins.PluginHost` (default: the installed plugins, as the
+    ``plugins`` is a :class:`~factstream.plugin.manager.PluginHost` (default: the installed plugins, as the
     CLI loads them); ``url`` the database URL readers use unless given ``.option("url", ...)``
     (default: the configured database, as ``factstream`` commands find it).
     """
     if plugins is None:
-        from factstream.plugins import load_plugins
+        from factstream.plugin.manager import load_plugins
 
         plugins = load_plugins()
     if url is None:

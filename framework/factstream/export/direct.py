@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from factstream.export.plan import StreamPlan, split_range
-from factstream.specs import ExportJobSpec
+from factstream.plugin.specs import ExportJobSpec
 
 
 def can_write_directly(job: ExportJobSpec, staging: str) -> bool:

@@ -1,9 +1,9 @@
 """How one stream is read for export: columns, types and the SQL for a range of stream IDs. No I/O.
 
-A :class:`StreamPlan` is built on the driver from the plugin's :class:`~factstream.streams.StreamSpec`
+A :class:`StreamPlan` is built on the driver from the plugin's :class:`~factstream.plugin.streams.StreamSpec`
 and shipped (pickled) to the Spark executors, so an executor reading a table-backed stream needs only
 factstream itself, not the plugin that declared the stream. It follows the stream's own definition,
-as :func:`factstream.streams.table_update_function` does: every backing table contributes its rows,
+as :func:`factstream.plugin.streams.table_update_function` does: every backing table contributes its rows,
 each table has a column per field of the row type, and a backwards stream's stored IDs (-2, -3, ...)
 are turned into positive wire tokens, which are also the positions ranges are given in.
 
@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from factstream.errors import FactstreamError
-from factstream.streams import StreamSpec, StreamTable, UpdateFunction
+from factstream.plugin.streams import StreamSpec, StreamTable, UpdateFunction
 
 #: Columns every exported fact has before the row type's fields.
 META_COLUMNS = ("stream_id", "instance_name", "source_table")

@@ -31,7 +31,7 @@ from factstream.export.output import JobOutput
 from factstream.export.plan import ExportError, StreamPlan, plans_for
 from factstream.export.read import connect
 from factstream.export.watermark import persisted_upto
-from factstream.specs import ExportJobSpec
+from factstream.plugin.specs import ExportJobSpec
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from factstream.host.server import HttpServer
 from factstream.host.sync import SyncService
 from factstream.idgen.generator import MultiWriterIdGenerator
 from factstream.idgen.leases import WriterLeases
-from factstream.plugins import PluginHost
+from factstream.plugin.manager import PluginHost
 from factstream.replication.handler import PositionCallback, ReplicationHandler, RowsCallback, ScopedRowsCallback
 from factstream.replication.stream import ReplicatedStream
 from factstream.replication.streamer import ReplicationStreamer

@@ -1,6 +1,6 @@
 """The host's HTTP API: a Starlette application of the core routes and the plugins' routes.
 
-Every route is a :class:`~factstream.specs.RouteSpec`; the core's own (``/sync``, ``/streams``,
+Every route is a :class:`~factstream.plugin.specs.RouteSpec`; the core's own (``/sync``, ``/streams``,
 ``/health`` ...) live in :mod:`factstream.host.routes` and are built exactly like a plugin's. Each
 endpoint is wrapped so that:
 
@@ -59,7 +59,7 @@ from factstream.host.storable import (
     check_query_params,
     read_body,
 )
-from factstream.specs import RouteSpec
+from factstream.plugin.specs import RouteSpec
 from factstream.sync import TokenError
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """The core's own HTTP routes: ``/sync``, ``/streams``, ``/streams/{name}/positions``, ``/health``,
-``/metrics`` and ``/openapi.json``. They are ordinary :class:`~factstream.specs.RouteSpec` endpoints,
+``/metrics`` and ``/openapi.json``. They are ordinary :class:`~factstream.plugin.specs.RouteSpec` endpoints,
 served and documented exactly like a plugin's (see :mod:`factstream.host.http` and docs/http-api.md).
 """
 
@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from factstream.host.http import CORE, ApiRoute
-from factstream.specs import RouteSpec
+from factstream.plugin.specs import RouteSpec
 
 if TYPE_CHECKING:
     from factstream.host.app import Host

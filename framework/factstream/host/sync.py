@@ -38,8 +38,8 @@ import msgspec
 
 from factstream.errors import ConfigError
 from factstream.host.wakeups import LocalTail, SyncedStream, WakeRouter, wake_function
+from factstream.plugin.streams import StreamSpec, SyncRequest
 from factstream.replication.stream import ReplicatedStream
-from factstream.streams import StreamSpec, SyncRequest
 from factstream.sync import (
     DatabaseInstanceIds,
     MultiWriterStreamToken,

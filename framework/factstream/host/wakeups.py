@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from factstream.plugin.streams import StreamSpec, Wake
 from factstream.replication.stream import ReplicatedStream
-from factstream.streams import StreamSpec, Wake
 from factstream.sync.notifier import Notifier
 
 log = logging.getLogger(__name__)

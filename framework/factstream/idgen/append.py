@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from factstream.db.database import Connection
-from factstream.specs import check_name
-from factstream.streams import StreamTable
+from factstream.plugin.specs import check_name
+from factstream.plugin.streams import StreamTable
 
 
 def append_sql(

@@ -32,12 +32,12 @@ from factstream.idgen.recovery import (
     plan_sequence_repair,
 )
 from factstream.idgen.sequence import PostgresSequence
-from factstream.specs import check_name
-from factstream.streams import StreamTable
+from factstream.plugin.specs import check_name
+from factstream.plugin.streams import StreamTable
 
 if TYPE_CHECKING:
     from factstream.config import Settings
-    from factstream.streams import StreamSpec
+    from factstream.plugin.streams import StreamSpec
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import msgspec
 
 from factstream.db.database import Database
 from factstream.idgen.generator import MultiWriterIdGenerator
+from factstream.plugin.streams import StreamSpec, Update
 from factstream.replication.wire import decode_json
-from factstream.streams import StreamSpec, Update
 
 #: How many rows one update-function call aims for (a target, never splitting a token).
 UPDATE_TARGET_ROWS = 100

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from factstream.db.database import Database
-    from factstream.streams import StreamSpec
+    from factstream.plugin.streams import StreamSpec
 
 
 class SyncKeyKind(enum.Enum):

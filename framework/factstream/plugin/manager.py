@@ -17,7 +17,6 @@ Environment escape hatches (read when the manager is built):
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
 import logging
 import os
@@ -29,9 +28,9 @@ from typing import Any
 
 import pluggy
 
-from factstream import hookspecs
 from factstream.errors import PluginError
-from factstream.registry import Registry
+from factstream.plugin import core, hookspecs
+from factstream.plugin.registry import Registry
 
 ENTRY_POINT_GROUP = "factstream"
 CORE_PLUGIN = "factstream"
@@ -45,7 +44,6 @@ REGISTRATION_HOOKS = (
     "register_commands",
 )
 
-hookimpl = pluggy.HookimplMarker("factstream")
 trace_log = logging.getLogger("factstream.hooks")
 log = logging.getLogger(__name__)
 
@@ -454,7 +452,6 @@ def load_plugins(
     env = os.environ if environ is None else environ
     selection = selection or PluginSelection.from_env(env)
     host = PluginHost(trace=_trace_enabled(env))
-    core = importlib.import_module("factstream._core_plugin")
     host.add(CORE_PLUGIN, core, PluginInfo(CORE_PLUGIN, core.__name__, "factstream", _core_version(), builtin=True))
     for info, load in discover(selection):
         host.add(info.name, load(), info)

@@ -11,7 +11,7 @@ Hooks are grouped by lifecycle phase:
 * **registration** (host start-up, before anything runs): ``register_*``;
 * **lifecycle** (the host process): ``startup`` and ``shutdown``.
 
-``factstream.plugins.PluginHost`` calls these hooks one plugin at a time so that an exception or a bad
+``factstream.plugin.manager.PluginHost`` calls these hooks one plugin at a time so that an exception or a bad
 spec is reported with the plugin's name.
 """
 
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from factstream.specs import (
+    from factstream.plugin.specs import (
         CacheSpec,
         CommandSpec,
         ExportJobSpec,
@@ -31,9 +31,13 @@ if TYPE_CHECKING:
         MigrationSpec,
         RouteSpec,
     )
-    from factstream.streams import StreamSpec
+    from factstream.plugin.streams import StreamSpec
 
 hookspec = pluggy.HookspecMarker("factstream")
+#: The marker for hook implementations (``@factstream.hookimpl``). It lives beside the specs, below the
+#: manager, so the core's own plugin (:mod:`factstream.plugin.core`) can use it without importing the
+#: manager that loads it.
+hookimpl = pluggy.HookimplMarker("factstream")
 
 # ---------------------------------------------------------------------------------------------------
 # registration

@@ -1,9 +1,9 @@
 """Frozen, typed specs that plugins hand to the ``register`` callables of the registration hooks.
 
 Each spec validates itself on construction (``__post_init__``), so a malformed spec fails inside the
-plugin's hook, where :class:`factstream.plugins.PluginHost` can name the plugin. Cross-references
+plugin's hook, where :class:`factstream.plugin.manager.PluginHost` can name the plugin. Cross-references
 (an invalidation naming a cache, an export job naming a stream) are checked once every plugin has
-registered, in :meth:`factstream.registry.Registry.finish`.
+registered, in :meth:`factstream.plugin.registry.Registry.finish`.
 """
 
 from __future__ import annotations

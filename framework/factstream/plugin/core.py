@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from factstream.plugins import hookimpl
+from factstream.plugin.hookspecs import hookimpl
+from factstream.plugin.specs import MigrationSpec
 from factstream.resources import migrations_dir
-from factstream.specs import MigrationSpec
 
 
 @hookimpl

@@ -1,6 +1,6 @@
 """What the plugins registered, validated, with the name of the plugin behind every entry.
 
-The registry is filled by :class:`factstream.plugins.PluginHost` calling each plugin's registration
+The registry is filled by :class:`factstream.plugin.manager.PluginHost` calling each plugin's registration
 hooks with a ``register`` callable bound to that plugin, so every error can name the plugin (and, for a
 duplicate, both plugins). :meth:`Registry.finish` then checks references between specs that may come
 from different plugins.
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from factstream.errors import PluginError
-from factstream.specs import CacheSpec, CommandSpec, ExportJobSpec, InvalidationSpec, MigrationSpec, RouteSpec
-from factstream.streams import StreamSpec
+from factstream.plugin.specs import CacheSpec, CommandSpec, ExportJobSpec, InvalidationSpec, MigrationSpec, RouteSpec
+from factstream.plugin.streams import StreamSpec
 
 T = TypeVar("T")
 

@@ -1,0 +1,20 @@
+"""The plugin system: hook specifications, the plugin manager, the registry and the frozen specs plugins
+register, and the core's own registrations made through the same hooks.
+
+Modules, lowest first (each imports only those before it):
+
+``specs``
+    The frozen, typed specs a plugin registers (caches, invalidations, migrations, routes, ...).
+``streams``
+    ``StreamSpec`` and what a stream plugin hands the host (``StreamTable``, ``SyncRequest``, ``Wake``).
+``hookspecs``
+    The hook specifications and the ``hookimpl`` marker.
+``registry``
+    Everything plugins registered, validated, in a stable order.
+``core``
+    The core's own hook implementations (the plugin named ``factstream``).
+``manager``
+    Discovery through entry points, allow/block lists, tracing, typed hook calls.
+
+This package's ``__init__`` imports nothing, so importing one of its modules never drags in the others.
+"""
