@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from factstream.errors import ConfigError
-from factstream.host.sync import check_sync_keys
+from factstream.sync.service import check_sync_keys
 from tests.host.conftest import post_messages
 from tests.plugins.inbox.factstream_inbox import InboxRow
 

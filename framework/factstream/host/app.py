@@ -7,7 +7,7 @@ gets its ID generator (claiming this writer's lease) and its replication state; 
 then the plugins' ``startup`` hooks run, and last the HTTP API starts (when this instance has an
 ``http_port``), so no request reaches a half-started host. The cache registry (``host.caches``) is
 built before the transport starts, so no replicated invalidation can arrive before the caches exist.
-The sync service (``host.sync``: token layout, notifier, wake-ups) is built before the transport
+The sync service (``factstream.sync.service``: token layout, notifier, wake-ups) is built before the transport
 starts too, and checks that every sync key follows a replicated stream. Shutdown runs in reverse
 (the HTTP API first) and persists final positions.
 """
@@ -34,7 +34,6 @@ from factstream.db.engine import check_database, database_url
 from factstream.errors import ConfigError, FactstreamError
 from factstream.host.auth import TokenAuthenticator
 from factstream.host.server import HttpServer
-from factstream.host.sync import SyncService
 from factstream.idgen.generator import MultiWriterIdGenerator
 from factstream.idgen.leases import WriterLeases
 from factstream.plugin.manager import PluginHost
@@ -42,6 +41,7 @@ from factstream.replication.handler import PositionCallback, ReplicationHandler,
 from factstream.replication.stream import ReplicatedStream
 from factstream.replication.streamer import ReplicationStreamer
 from factstream.replication.transport import Transport, make_transport
+from factstream.sync.service import SyncService
 
 log = logging.getLogger(__name__)
 

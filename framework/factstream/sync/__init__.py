@@ -7,6 +7,11 @@
 * :mod:`factstream.sync.stream_token`: ``StreamToken`` (one field per sync key),
   ``current_token_source`` and ``bound_future_token``.
 * :mod:`factstream.sync.notifier`: ``Notifier``, which wakes long-polling requests.
+* :mod:`factstream.sync.wakeups`: ``WakeRouter`` and ``LocalTail``, which tell the notifier who a
+  row concerns, for replicated rows and this process's own writes.
+* :mod:`factstream.sync.service`: ``SyncService``, the ``/sync`` long poll the host serves.
+
+The last two are the host's (not re-exported here, so importing the tokens never loads them).
 
 See docs/sync.md for how a /sync handler puts these together.
 """

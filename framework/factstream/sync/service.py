@@ -5,7 +5,7 @@
 * the token layout (``SyncKeyLayout.load`` over the registered streams that have a ``sync_key``), the
   instance IDs of the token's string form, and the current token (from the streams' ID generators);
 * the :class:`~factstream.sync.Notifier` where requests wait, and the
-  :class:`~factstream.host.wakeups.WakeRouter` / :class:`~factstream.host.wakeups.LocalTail` that wake
+  :class:`~factstream.sync.wakeups.WakeRouter` / :class:`~factstream.sync.wakeups.LocalTail` that wake
   them.
 
 A request (:meth:`SyncService.sync`) goes: parse ``since`` (a malformed token is a
@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from factstream.errors import ConfigError
-from factstream.host.wakeups import LocalTail, SyncedStream, WakeRouter, wake_function
 from factstream.plugin.streams import StreamSpec, SyncRequest
 from factstream.replication.stream import ReplicatedStream
 from factstream.sync import (
@@ -54,6 +53,7 @@ from factstream.sync import (
     current_token_source,
     sync_keys_for_streams,
 )
+from factstream.sync.wakeups import LocalTail, SyncedStream, WakeRouter, wake_function
 
 if TYPE_CHECKING:
     from factstream.config import HttpConfig
