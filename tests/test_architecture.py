@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import itertools
 import re
 from pathlib import Path
 
@@ -160,3 +161,155 @@ def test_the_wire_codec_imports_nothing_of_replication_outside_itself():
 @pytest.mark.parametrize("transport", ["tcp.py", "redis.py"])
 def test_transports_import_the_codec_not_the_reader(transport):
     assert f"{PUBLIC}.replication.handler" not in core_imports(REPLICATION / transport)
+
+
+# -- no import cycles ------------------------------------------------------------------------------
+
+
+def module_name(path: Path, core: Path) -> str:
+    parts = list(path.relative_to(core.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(core: Path) -> dict[str, dict[str, int]]:
+    """Every module of the package at ``core`` -> the package's modules it imports (with a line number).
+
+    Counts every import: at module level, inside functions and under ``TYPE_CHECKING``; relative ones;
+    and ``importlib.import_module("...")`` with a literal name, which hides a dependency rather than
+    removing it. ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to ``a.b``;
+    a name that is not a module of the package counts for its nearest enclosing module.
+    """
+    paths = {module_name(path, core): path for path in sorted(core.rglob("*.py"))}
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: list[tuple[int, str]] = []
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets += [(node.lineno, alias.name) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                for alias in node.names:
+                    submodule = f"{module}.{alias.name}"
+                    targets.append((node.lineno, submodule if submodule in paths else module))
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute | ast.Name)
+                and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) == "import_module"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                targets.append((node.lineno, node.args[0].value))
+        edges: dict[str, int] = {}
+        for line, target in targets:
+            while target and target not in paths:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                edges.setdefault(target, line)
+        graph[name] = edges
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle (``[a, b, ..., a]``) through each group of modules that import each other.
+
+    The groups are the strongly connected components (Tarjan's algorithm, iteratively); within each, a
+    shortest cycle is reported through each module not yet on a reported one, so every module of the
+    group appears and a fix can start from a concrete chain.
+    """
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    cycles = []
+    for component in components:
+        members, covered = set(component), set()
+        for start in component:
+            if start in covered:
+                continue
+            paths = {start: [start]}
+            queue = [start]
+            while queue:  # breadth first, inside the component, back to start
+                node = queue.pop(0)
+                if start in graph[node]:
+                    cycles.append([*paths[node], start])
+                    covered.update(paths[node])
+                    break
+                for child in sorted(graph[node]):
+                    if child in members and child not in paths:
+                        paths[child] = [*paths[node], child]
+                        queue.append(child)
+    return cycles
+
+
+def describe_cycle(cycle: list[str], graph: dict[str, dict[str, int]]) -> str:
+    return " -> ".join(f"{a} (line {graph[a][b]})" for a, b in itertools.pairwise(cycle)) + f" -> {cycle[-1]}"
+
+
+def test_the_core_has_no_import_cycles():
+    """No module of factstream imports itself back, at run time, in a function or under TYPE_CHECKING."""
+    graph = import_graph(CORE)
+    cycles = [describe_cycle(cycle, graph) for cycle in import_cycles(graph)]
+    for cycle in cycles:
+        print("import cycle:", cycle)
+    assert cycles == []
+
+
+def test_the_cycle_check_catches_cycles(tmp_path):
+    core = tmp_path / "pkg"
+    (core / "sub").mkdir(parents=True)
+    (core / "__init__.py").write_text("")
+    (core / "low.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.sub.high import H\n"
+    )
+    (core / "sub" / "__init__.py").write_text("")
+    (core / "sub" / "high.py").write_text("from ..low import L\n")
+    (core / "a.py").write_text("def f():\n    from pkg import b\n")
+    (core / "b.py").write_text("import importlib\nimportlib.import_module('pkg.a')\n")
+    (core / "leaf.py").write_text("import pkg.low\n")
+
+    graph = import_graph(core)
+
+    assert graph["pkg.leaf"] == {"pkg.low": 1}
+    assert [describe_cycle(cycle, graph) for cycle in import_cycles(graph)] == [
+        "pkg.a (line 2) -> pkg.b (line 2) -> pkg.a",
+        "pkg.low (line 3) -> pkg.sub.high (line 1) -> pkg.low",
+    ]

@@ -7,7 +7,7 @@ issues grow it into the multi-process demo.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import sqlalchemy as sa
 from rich.console import Console
@@ -18,10 +18,25 @@ from factstream.db.metadata import stream_positions
 from factstream.migrate import Migrator
 
 if TYPE_CHECKING:
-    from factstream.cli import State
+    from factstream.config import Settings
+    from factstream.plugin.manager import PluginHost
 
 
-def run_demo(state: State, out: Console) -> None:
+class DemoState(Protocol):
+    """What the demo reads of the command line's state (``factstream.cli.State`` is one).
+
+    Properties, so that each is still loaded lazily, when the demo first needs it; declared here so that
+    the demo, which the CLI runs, does not import the CLI.
+    """
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def plugins(self) -> PluginHost: ...
+
+
+def run_demo(state: DemoState, out: Console) -> None:
     settings = state.settings
     with out.status("starting the database..."):
         url = database_url(settings)

@@ -20,14 +20,30 @@ function that raises) is logged with the row and skipped; the other rows, and th
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 from factstream.caches.keys import BadKey, check_key, key_from_wire
-from factstream.plugin.specs import CURRENT_STATE_CACHE_NAME, SPECIAL_CACHE_NAMES, InvalidationSpec
+from factstream.caches.lru import LruCache
+from factstream.plugin.specs import CURRENT_STATE_CACHE_NAME, SPECIAL_CACHE_NAMES, CacheSpec, InvalidationSpec
 
-if TYPE_CHECKING:
-    from factstream.caches.registry import CacheRegistry
+
+class Caches(Protocol):
+    """What the applier needs of the caches it invalidates (:class:`~factstream.caches.CacheRegistry` is one).
+
+    Defined beside its use: the registry builds an applier, so the applier must not import the registry.
+    """
+
+    def names(self) -> list[str]: ...
+
+    def lookup(self, name: str) -> LruCache[Any] | None: ...
+
+    def get(self, name: str) -> LruCache[Any]: ...
+
+    def spec(self, name: str) -> CacheSpec: ...
+
+    def invalidate_room_state_local(self, room_id: str, members_changed: Sequence[str] = ()) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +58,7 @@ class InvalidationApplier:
     """Per-stream appliers, built once when the host starts."""
 
     def __init__(
-        self, caches: CacheRegistry, invalidations: Iterable[InvalidationSpec] = (), caches_stream: str | None = None
+        self, caches: Caches, invalidations: Iterable[InvalidationSpec] = (), caches_stream: str | None = None
     ) -> None:
         self.caches = caches
         self.skipped = 0

@@ -8,23 +8,34 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from factstream.caches.registry import CacheRegistry
-
-_live: weakref.WeakSet[CacheRegistry] = weakref.WeakSet()
+from factstream.caches.lru import LruCache
 
 
-def track(registry: CacheRegistry) -> None:
+class MeteredCaches(Protocol):
+    """What the collector reads of a live cache registry (:class:`~factstream.caches.CacheRegistry` is one).
+
+    Defined here rather than importing the registry, which imports this module to be tracked.
+    """
+
+    instance_name: str
+
+    def __iter__(self) -> Iterator[LruCache[Any]]: ...
+
+
+_live: weakref.WeakSet[MeteredCaches] = weakref.WeakSet()
+
+
+def track(registry: MeteredCaches) -> None:
     _live.add(registry)
 
 
-def untrack(registry: CacheRegistry) -> None:
+def untrack(registry: MeteredCaches) -> None:
     _live.discard(registry)
 
 

@@ -39,7 +39,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 from starlette.applications import Starlette
@@ -63,9 +63,24 @@ from factstream.plugin.specs import RouteSpec
 from factstream.sync import TokenError
 
 if TYPE_CHECKING:
-    from factstream.host.app import Host
+    from factstream.config import Settings
 
 log = logging.getLogger(__name__)
+
+
+class HttpHost(Protocol):
+    """What the HTTP layer needs of the host it serves (:class:`factstream.host.app.Host` is one).
+
+    Declared here, beside its use, so that this module does not import the host that builds the app.
+    Endpoints receive the same object as ``request.state.host``.
+    """
+
+    @property
+    def instance_name(self) -> str: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
 
 _encoder = msgspec.json.Encoder()
 _PATH_PARAM = re.compile(r"{([a-zA-Z_][a-zA-Z0-9_]*)(?::[a-z]+)?}")
@@ -126,7 +141,9 @@ def _input_rejection(route: ApiRoute, exc: InputError) -> JsonResponse:
     return JsonResponse({"errcode": exc.errcode, "error": exc.message}, status_code=exc.status)
 
 
-def wrap_endpoint(route: ApiRoute, host: Host, auth: TokenAuthenticator) -> Callable[[Request], Awaitable[Response]]:
+def wrap_endpoint(
+    route: ApiRoute, host: HttpHost, auth: TokenAuthenticator
+) -> Callable[[Request], Awaitable[Response]]:
     """The Starlette endpoint for ``route``: access check, state, JSON results, JSON errors."""
     spec = route.spec
     endpoint = spec.endpoint
@@ -204,7 +221,7 @@ def check_routes(routes: Sequence[ApiRoute]) -> None:
                 raise PluginError(f"duplicate route '{method} {route.spec.path}': registered by both {a!r} and {b!r}")
 
 
-def build_app(host: Host, routes: Sequence[ApiRoute], auth: TokenAuthenticator) -> Starlette:
+def build_app(host: HttpHost, routes: Sequence[ApiRoute], auth: TokenAuthenticator) -> Starlette:
     """The ASGI application serving ``routes`` for ``host``."""
     check_routes(routes)
     starlette_routes = [
@@ -229,7 +246,7 @@ def _doc(endpoint: Callable[..., Any]) -> tuple[str, str]:
     return " ".join(first.split()), rest.strip()
 
 
-def openapi_schema(host: Host, routes: Sequence[ApiRoute]) -> dict[str, Any]:
+def openapi_schema(host: HttpHost, routes: Sequence[ApiRoute]) -> dict[str, Any]:
     """An OpenAPI 3.1 description of ``routes``."""
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:

@@ -5,7 +5,8 @@ served and documented exactly like a plugin's (see :mod:`factstream.host.http` a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.exceptions import HTTPException
@@ -16,8 +17,40 @@ from factstream.host.http import CORE, ApiRoute
 from factstream.plugin.specs import RouteSpec
 
 if TYPE_CHECKING:
-    from factstream.host.app import Host
+    from factstream.config import Settings
+    from factstream.plugin.manager import PluginHost
+    from factstream.replication.handler import ReplicationHandler
     from factstream.replication.stream import ReplicatedStream
+    from factstream.replication.transport import Transport
+    from factstream.sync.service import SyncService
+
+
+class RoutesHost(Protocol):
+    """What the core's routes read of the host (:class:`factstream.host.app.Host` is one).
+
+    Declared here, beside its use, so that the routes do not import the host that serves them.
+    """
+
+    @property
+    def instance_name(self) -> str: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def plugins(self) -> PluginHost: ...
+
+    @property
+    def streams(self) -> Mapping[str, ReplicatedStream]: ...
+
+    @property
+    def handler(self) -> ReplicationHandler | None: ...
+
+    @property
+    def transport(self) -> Transport | None: ...
+
+    def sync_service(self) -> SyncService: ...
+
 
 #: The longest ``device`` query parameter accepted.
 MAX_DEVICE_LENGTH = 255
@@ -26,8 +59,8 @@ MAX_DEVICE_LENGTH = 255
 _TIMEOUT_DIGITS = 9
 
 
-def _host(request: Request) -> Host:
-    host: Host = request.state.host
+def _host(request: Request) -> RoutesHost:
+    host: RoutesHost = request.state.host
     return host
 
 
@@ -54,7 +87,7 @@ async def sync(request: Request) -> Any:
     return await service.sync(request.state.user, query.get("since"), timeout_ms / 1000, device)
 
 
-def _stream_info(host: Host, stream: ReplicatedStream) -> dict[str, Any]:
+def _stream_info(host: RoutesHost, stream: ReplicatedStream) -> dict[str, Any]:
     gen = stream.id_gen
     registry = host.plugins.registry
     spec = stream.spec
@@ -159,6 +192,6 @@ def core_routes() -> list[ApiRoute]:
     ]
 
 
-def plugin_routes(host: Host) -> list[ApiRoute]:
+def plugin_routes(host: RoutesHost) -> list[ApiRoute]:
     """Every route the plugins registered (``register_routes``)."""
     return [ApiRoute(reg.spec, reg.plugin) for reg in host.plugins.registry.routes]

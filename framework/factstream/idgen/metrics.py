@@ -4,16 +4,32 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import REGISTRY, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from factstream.idgen.generator import MultiWriterIdGenerator
+from factstream.idgen.positions import PositionTracker
 
-_live: weakref.WeakSet[MultiWriterIdGenerator] = weakref.WeakSet()
+
+class MeteredGenerator(Protocol):
+    """What the collector reads of a live ID generator (``MultiWriterIdGenerator`` is one).
+
+    Defined here rather than importing the generator, which imports this module to count repairs:
+    the metrics sit below the generator, never beside it in a cycle.
+    """
+
+    stream_name: str
+    instance_name: str
+    _tracker: PositionTracker | None
+
+    def get_current_token(self) -> int: ...
+
+    def get_current_token_for_writer(self, instance: str) -> int: ...
+
+
+_live: weakref.WeakSet[MeteredGenerator] = weakref.WeakSet()
 
 SEQUENCE_REPAIRS = Counter(
     "factstream_sequence_repairs",
@@ -36,11 +52,11 @@ def count_stream(stream: str) -> None:
     SEQUENCE_REISSUES.labels(stream=stream)
 
 
-def track(gen: MultiWriterIdGenerator) -> None:
+def track(gen: MeteredGenerator) -> None:
     _live.add(gen)
 
 
-def untrack(gen: MultiWriterIdGenerator) -> None:
+def untrack(gen: MeteredGenerator) -> None:
     _live.discard(gen)
 
 

@@ -32,7 +32,7 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -56,11 +56,28 @@ from factstream.sync import (
 from factstream.sync.wakeups import LocalTail, SyncedStream, WakeRouter, wake_function
 
 if TYPE_CHECKING:
-    from factstream.config import HttpConfig
+    from factstream.config import HttpConfig, Settings
     from factstream.db.database import Database
-    from factstream.host.app import Host
+    from factstream.plugin.manager import PluginHost
 
 log = logging.getLogger(__name__)
+
+
+class SyncHost(Protocol):
+    """What the sync service needs of the host that builds it (:class:`factstream.host.app.Host` is one).
+
+    Declared here, beside its use, so that the service does not import the host that imports it; the
+    host is also what :class:`~factstream.SyncRequest` hands to a stream's ``sync_rows``.
+    """
+
+    @property
+    def instance_name(self) -> str: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def plugins(self) -> PluginHost: ...
 
 
 def check_sync_keys(specs: Sequence[StreamSpec], replicated: Mapping[str, object], instance: str) -> None:
@@ -104,7 +121,7 @@ class SyncService:
 
     def __init__(
         self,
-        host: Host,
+        host: SyncHost,
         layout: SyncKeyLayout,
         ids: DatabaseInstanceIds,
         synced: Sequence[SyncedStream],
@@ -124,7 +141,7 @@ class SyncService:
         self._warned: set[str] = set()
 
     @classmethod
-    async def create(cls, host: Host, db: Database, streams: Mapping[str, ReplicatedStream]) -> SyncService:
+    async def create(cls, host: SyncHost, db: Database, streams: Mapping[str, ReplicatedStream]) -> SyncService:
         """Check the sync keys, load (and record) the token layout, and build the service."""
         specs = [reg.spec for reg in host.plugins.registry.streams]
         check_sync_keys(specs, streams, host.instance_name)
