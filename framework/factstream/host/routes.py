@@ -15,30 +15,21 @@ from starlette.responses import Response
 
 from factstream.host.http import CORE, ApiRoute
 from factstream.plugin.specs import RouteSpec
+from factstream.sync.service import SyncHost
 
 if TYPE_CHECKING:
-    from factstream.config import Settings
-    from factstream.plugin.manager import PluginHost
     from factstream.replication.handler import ReplicationHandler
     from factstream.replication.stream import ReplicatedStream
     from factstream.replication.transport import Transport
     from factstream.sync.service import SyncService
 
 
-class RoutesHost(Protocol):
-    """What the core's routes read of the host (:class:`factstream.host.app.Host` is one).
+class RoutesHost(SyncHost, Protocol):
+    """What the core's routes read of the host (:class:`factstream.host.app.Host` is one): what the
+    sync service reads, and the replication state and the service itself.
 
     Declared here, beside its use, so that the routes do not import the host that serves them.
     """
-
-    @property
-    def instance_name(self) -> str: ...
-
-    @property
-    def settings(self) -> Settings: ...
-
-    @property
-    def plugins(self) -> PluginHost: ...
 
     @property
     def streams(self) -> Mapping[str, ReplicatedStream]: ...
