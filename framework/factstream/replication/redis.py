@@ -160,22 +160,17 @@ class RedisTransport:
         self._replicate_epoch = 0
         #: When the publishing task counts the subscribers early (after a REPLICATE), if it will.
         self._recount_at: float | None = None
-        self._announcement = MULTILINE + settings.instance_name.encode("utf-8")
+        self._me = settings.instance_name.encode("utf-8")
+        self._announcement = MULTILINE + self._me
         self._may_pack = settings.replication.redis_packing
         self._secret = ReplicationSecret.from_settings(settings)
-        self._me = settings.instance_name.encode("utf-8")
         #: Messages (or lines of signed messages) dropped: unsigned, wrongly signed, or not the signer's.
         self.unsigned = 0
         self._unsigned_logged = -60.0
         #: Per signer, the line prefixes under its own name (``RDATA <stream> <signer> ``, ...).
         self._signer_prefixes: dict[bytes, tuple[bytes, ...]] = {}
         # Our own RDATA and POSITION come back to us: recognised by prefix, before any parsing.
-        own = settings.instance_name.encode("utf-8")
-        self._own = tuple(
-            b"%s %s %s " % (kind, name.encode("utf-8"), own)
-            for name in handler.streams
-            for kind in (b"RDATA", b"POSITION")
-        )
+        self._own = self._prefixes_of(self._me)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -455,6 +450,8 @@ class RedisTransport:
         return kept
 
     def _prefixes_of(self, signer: bytes) -> tuple[bytes, ...]:
+        """The line prefixes of ``signer``'s RDATA and POSITION on this process's streams (kept for the
+        next read of that signer)."""
         prefixes = tuple(
             b"%s %s %s " % (kind, name.encode("utf-8"), signer)
             for name in self.handler.streams
