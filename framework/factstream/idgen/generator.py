@@ -464,6 +464,16 @@ class MultiWriterIdGenerator:
             except Exception:
                 log.exception("completion listener of stream %s failed", self.stream_name)
 
+    async def flush_position(self) -> None:
+        """Write this writer's position to ``stream_positions`` now (it is otherwise written lazily)."""
+        if self._persister is not None:
+            await self._persister.flush()
+
+    @property
+    def position_writes(self) -> int:
+        """How many times this writer's position was written to ``stream_positions`` since start."""
+        return self._persister.writes if self._persister is not None else 0
+
     def add_completion_listener(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` after every completion (the replication streamer's wake-up)."""
         self._listeners.append(callback)

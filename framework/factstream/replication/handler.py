@@ -139,6 +139,10 @@ class ReplicationHandler:
     def connected_streams(self, conn: Connection) -> set[str]:
         return set(self._connected.get(conn, ()))
 
+    def following(self, stream: str) -> bool:
+        """Whether some link has processed a POSITION of ``stream``: its rows are now accepted there."""
+        return any(stream in streams for streams in self._connected.values())
+
     # -- inbound -----------------------------------------------------------------------------------
 
     def on_command(self, conn: Connection, cmd: wire.Command) -> None:
