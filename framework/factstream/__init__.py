@@ -4,12 +4,13 @@ This module is the public API: what plugins may import. Everything else in the p
 the core and may change between releases.
 """
 
-from factstream.caches import BadKey, CacheRegistry, LruCache, cached, cached_specs
+from factstream.caches import BadKey, LruCache, cached, cached_specs
 from factstream.db.database import Database, Transaction
 from factstream.db.metadata import metadata
 from factstream.errors import ConfigError, DatabaseError, FactstreamError, MigrationError, PluginError
-from factstream.idgen.generator import IdGeneratorError, MultiWriterIdGenerator
+from factstream.idgen.generator import IdGeneratorError
 from factstream.migration_ops import create_stream_sequence, drop_stream_sequence
+from factstream.plugin.api import Caches, HostApi, StreamWriter
 from factstream.plugin.hookspecs import hookimpl
 from factstream.plugin.specs import (
     CURRENT_STATE_CACHE_NAME,
@@ -19,30 +20,33 @@ from factstream.plugin.specs import (
     InvalidationSpec,
     MigrationSpec,
     RouteSpec,
+    SettingsSpec,
 )
 from factstream.plugin.streams import StreamSpec, StreamTable, SyncRequest, Wake
 
 __all__ = [
     "CURRENT_STATE_CACHE_NAME",
     "BadKey",
-    "CacheRegistry",
     "CacheSpec",
+    "Caches",
     "CommandSpec",
     "ConfigError",
     "Database",
     "DatabaseError",
     "ExportJobSpec",
     "FactstreamError",
+    "HostApi",
     "IdGeneratorError",
     "InvalidationSpec",
     "LruCache",
     "MigrationError",
     "MigrationSpec",
-    "MultiWriterIdGenerator",
     "PluginError",
     "RouteSpec",
+    "SettingsSpec",
     "StreamSpec",
     "StreamTable",
+    "StreamWriter",
     "SyncRequest",
     "Transaction",
     "Wake",

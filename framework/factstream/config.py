@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from factstream.errors import ConfigError
-from factstream.plugin.specs import NAME_RE
+from factstream.plugin.names import NAME_RE
 
 DEFAULT_CONFIG_FILE = "factstream.yaml"
 ENV_PREFIX = "FACTSTREAM_"
@@ -196,6 +196,9 @@ class Settings(BaseSettings):
     http: HttpConfig = HttpConfig()
     instance_map: dict[str, InstanceEndpoint] = Field(default_factory=dict)
     stream_writers: dict[str, list[str]] = Field(default_factory=dict)
+    #: ``plugins.<name>``: each plugin's own settings, validated when the host starts against the
+    #: model the plugin registered (``register_settings``); see docs/configuration.md.
+    plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @field_validator("instance_name")
     @classmethod
@@ -212,6 +215,14 @@ class Settings(BaseSettings):
                 raise ValueError(f"{stream!r} is not a valid stream name")
             if len(set(writers)) != len(writers):
                 raise ValueError(f"stream {stream!r} lists a writer twice: {writers}")
+        return value
+
+    @field_validator("plugins")
+    @classmethod
+    def _plugin_names(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name in value:
+            if not NAME_RE.match(name):
+                raise ValueError(f"{name!r} is not a valid plugin name")
         return value
 
     @model_validator(mode="after")

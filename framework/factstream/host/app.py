@@ -33,11 +33,13 @@ from factstream.db.database import Database
 from factstream.db.engine import check_database, database_url
 from factstream.errors import ConfigError, FactstreamError
 from factstream.host.auth import TokenAuthenticator
+from factstream.host.facade import HostFacade, load_plugin_settings
+from factstream.host.pipeline import LocalRows, ReaderPipeline
 from factstream.host.server import HttpServer
 from factstream.idgen.generator import MultiWriterIdGenerator
 from factstream.idgen.leases import WriterLeases
 from factstream.plugin.manager import PluginHost
-from factstream.replication.handler import PositionCallback, ReplicationHandler, RowsCallback, ScopedRowsCallback
+from factstream.replication.handler import ReplicationHandler
 from factstream.replication.stream import ReplicatedStream
 from factstream.replication.streamer import ReplicationStreamer
 from factstream.replication.transport import Transport, make_transport
@@ -68,10 +70,20 @@ class Host:
         #: The HTTP API's ASGI application (built when the host starts, served if it has a port).
         self.app: Any = None
         self.http: HttpServer | None = None
+        #: The host as plugins see it (``factstream.HostApi``), built when the host starts.
+        self._api: HostFacade | None = None
+        self.local_rows: LocalRows | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
 
-    # -- access for plugins ------------------------------------------------------------------------
+    # -- access for the core (plugins get ``api``) ----------------------------------------------------
+
+    @property
+    def api(self) -> HostFacade:
+        """The plugin API of this host (what hooks, routes and ``SyncRequest`` get)."""
+        if self._api is None:
+            raise FactstreamError("the host has not started")
+        return self._api
 
     def database(self) -> Database:
         if self.db is None:
@@ -106,6 +118,7 @@ class Host:
                 f"stream_writers names unknown stream(s) {', '.join(map(repr, unknown))} "
                 f"(registered: {', '.join(registry.streams.names()) or 'none'})"
             )
+        plugin_settings = load_plugin_settings(settings, registry)
         url = await asyncio.to_thread(database_url, settings)
         await asyncio.to_thread(check_database, url, settings.database.connect_timeout)
         await asyncio.to_thread(self._check_migrated, url)
@@ -126,27 +139,16 @@ class Host:
         caches_stream = self.streams.get(CACHES_STREAM)
         if caches_stream is not None:
             self.caches.attach_stream(caches_stream.spec, caches_stream.id_gen)
+        self._api = HostFacade(self, plugin_settings)
         self.sync = await SyncService.create(self, self.db, self.streams)
-        # Caches first: plugins' on_rows hooks (and, after them, the position) see them invalidated.
-        # Each callback only for the streams it concerns: one runs for every replicated token.
-        invalidated = self.caches.applier.streams()
-        on_rows: list[RowsCallback | ScopedRowsCallback] = []
-        if invalidated:
-            on_rows.append((self._invalidate_caches, invalidated))
-        if self.plugins.has_impls("on_rows"):
-            on_rows.append(self.plugins.rows_callback(self))
-        on_position: list[PositionCallback] = []
-        if self.sync.synced:
-            # Wake-ups only for streams with a sync key: rows are remembered before the advance
-            # and their users woken after it.
-            on_rows.append((self.sync.router.on_rows, frozenset(self.sync.router.synced)))
-            on_position.append(self.sync.router.on_position)
+        # The reader pipeline (factstream.host.pipeline): invalidations, on_rows, advance, wake.
+        pipeline = ReaderPipeline(
+            self.caches, self.plugins.rows_hook(self._api), self.sync.router if self.sync.synced else None
+        )
+        self.local_rows = LocalRows(pipeline, self.streams.values())
+        self._api.local_sink = self.local_rows
         self.handler = ReplicationHandler(
-            self.instance_name,
-            self.streams.values(),
-            on_rows=on_rows,
-            on_position=on_position,
-            max_backlog=settings.replication.max_backlog,
+            self.instance_name, self.streams.values(), sink=pipeline, max_backlog=settings.replication.max_backlog
         )
         self.transport = make_transport(settings, self.handler)
         self.streamer = ReplicationStreamer(
@@ -163,7 +165,7 @@ class Host:
         self.streamer.start()
         self.sync.start()
         self._tasks.append(asyncio.get_running_loop().create_task(self._check_retired(), name="retired-writers"))
-        await self.plugins.startup(self)
+        await self.plugins.startup(self._api)
         self.app = self.build_app()
         endpoint = settings.http_endpoint()
         if endpoint is not None:
@@ -195,9 +197,6 @@ class Host:
         if behind:
             names = ", ".join(f"{s.branch} ({s.current or 'base'} -> {s.head or 'missing'})" for s in behind)
             raise FactstreamError(f"the database is not migrated: {names}; run `factstream migrate` first")
-
-    def _invalidate_caches(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> None:
-        self.caches.apply_rows(stream.name, rows)
 
     async def _check_retired(self) -> None:
         while True:
@@ -243,8 +242,12 @@ class Host:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        for error in await self.plugins.shutdown(self):
-            log.error("%s", error)
+        if self._api is not None:
+            await self._api.cancel_tasks()
+            for error in await self.plugins.shutdown(self._api):
+                log.error("%s", error)
+        if self.local_rows is not None:
+            await self.local_rows.close()
         if self.sync is not None:
             await self.sync.close()
         if self.streamer is not None:

@@ -64,6 +64,7 @@ from factstream.sync import TokenError
 
 if TYPE_CHECKING:
     from factstream.config import Settings
+    from factstream.plugin.api import HostApi
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +73,15 @@ class HttpHost(Protocol):
     """What the HTTP layer needs of the host it serves (:class:`factstream.host.app.Host` is one).
 
     Declared here, beside its use, so that this module does not import the host that builds the app.
-    Endpoints receive the same object as ``request.state.host``.
+    Endpoints receive ``api`` (the plugin API, also ``request.state.host``); the core's own routes
+    read the host itself from ``request.app.state.host``.
     """
 
     @property
     def instance_name(self) -> str: ...
+
+    @property
+    def api(self) -> HostApi: ...
 
     @property
     def settings(self) -> Settings: ...
@@ -149,8 +154,10 @@ def wrap_endpoint(
     endpoint = spec.endpoint
     where = f"{','.join(spec.methods)} {spec.path} (plugin {route.plugin!r})"
 
+    api = host.api
+
     async def serve(request: Request) -> Response:
-        request.state.host = host
+        request.state.host = api
         request.state.user = None
         request.state.principal = None
         try:
@@ -165,9 +172,7 @@ def wrap_endpoint(
             body = await read_body(request)
             check_body(body)
             request = _replaying(request, body)
-            result = endpoint(request)
-            if inspect.isawaitable(result):
-                result = await result
+            result = await endpoint(request, api)
         except InputError as exc:
             return _input_rejection(route, exc)
         except ClientDisconnect:

@@ -18,6 +18,7 @@ from factstream.plugin.specs import RouteSpec
 from factstream.sync.service import SyncHost
 
 if TYPE_CHECKING:
+    from factstream.plugin.api import HostApi
     from factstream.replication.handler import ReplicationHandler
     from factstream.replication.stream import ReplicatedStream
     from factstream.replication.transport import Transport
@@ -51,11 +52,11 @@ _TIMEOUT_DIGITS = 9
 
 
 def _host(request: Request) -> RoutesHost:
-    host: RoutesHost = request.state.host
+    host: RoutesHost = request.app.state.host
     return host
 
 
-async def sync(request: Request) -> Any:
+async def sync(request: Request, api: HostApi) -> Any:
     """Long-poll every synced stream: the user's new items per stream and the next token.
 
     Answers at once when something is new for the user after ``since`` (or, without ``since``,
@@ -95,13 +96,13 @@ def _stream_info(host: RoutesHost, stream: ReplicatedStream) -> dict[str, Any]:
     }
 
 
-async def streams(request: Request) -> Any:
+async def streams(request: Request, api: HostApi) -> Any:
     """Every registered stream with its plugin, writers, sync key and positions on this instance."""
     host = _host(request)
     return {"instance": host.instance_name, "streams": [_stream_info(host, s) for s in host.streams.values()]}
 
 
-async def stream_positions(request: Request) -> Any:
+async def stream_positions(request: Request, api: HostApi) -> Any:
     """One stream's positions as this instance sees them.
 
     ``positions``: each writer's position; ``current_token``: the position every writer has
@@ -120,7 +121,7 @@ async def stream_positions(request: Request) -> Any:
     }
 
 
-async def health(request: Request) -> Any:
+async def health(request: Request, api: HostApi) -> Any:
     """Liveness: 200 while the instance runs, with the state of its replication links."""
     host = _host(request)
     transport = host.transport
@@ -136,12 +137,12 @@ async def health(request: Request) -> Any:
     }
 
 
-async def metrics(request: Request) -> Response:
+async def metrics(request: Request, api: HostApi) -> Response:
     """Prometheus metrics of this process (text exposition format)."""
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
-async def openapi(request: Request) -> Any:
+async def openapi(request: Request, api: HostApi) -> Any:
     """This API's OpenAPI 3.1 schema: the core routes and every plugin's."""
     return request.app.state.openapi
 

@@ -17,12 +17,14 @@ spec is reported with the plugin's name.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
+import msgspec
 import pluggy
 
 if TYPE_CHECKING:
+    from factstream.plugin.api import HostApi
     from factstream.plugin.specs import (
         CacheSpec,
         CommandSpec,
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
         InvalidationSpec,
         MigrationSpec,
         RouteSpec,
+        SettingsSpec,
     )
     from factstream.plugin.streams import StreamSpec
 
@@ -117,33 +120,51 @@ def register_commands(register: Callable[[CommandSpec], None]) -> None:
     """
 
 
+@hookspec
+def register_settings(register: Callable[[SettingsSpec], None]) -> None:
+    """Declare the plugin's settings: the ``plugins.<name>`` section of the configuration.
+
+    Call ``register(SettingsSpec(model=MySettings))`` at most once, with a pydantic model whose fields
+    (with their defaults) are the plugin's settings. The host validates the section when it starts; a
+    bad value stops start-up with an error naming the plugin and the key. Read the values with
+    ``host.plugin_settings(MySettings)``.
+    """
+
+
 # ---------------------------------------------------------------------------------------------------
 # lifecycle
 
 
 @hookspec
-def startup(host: Any) -> None:
+def startup(host: HostApi) -> None:
     """Called once when a host process has started (database reachable, migrations checked).
 
-    ``host`` is the running host; a coroutine function may be used and is awaited. An exception stops
-    the host start-up with an error naming the plugin.
+    ``host`` is the running host (:class:`~factstream.HostApi`); a coroutine function may be used and
+    is awaited. An exception stops the host start-up with an error naming the plugin. Background work
+    belongs in ``host.spawn(...)``: the host cancels it when it stops.
     """
 
 
 @hookspec
-def on_rows(host: Any, stream: str, instance: str, token: int, rows: list[Any]) -> None:
-    """Called in a host process for every token's rows of a replicated stream, in stream order.
+def on_rows(host: HostApi, stream: str, instance: str, token: int, rows: Sequence[msgspec.Struct], local: bool) -> None:
+    """Called in a host process for every token's rows of every stream, in stream order per writer.
 
     ``rows`` are instances of the stream's row type, written by ``instance`` at ``token`` (the wire
-    token: positive also for backwards streams). It runs before the stream's position advances, so
-    whatever a plugin invalidates here is invalid before anyone can observe the new position. A
-    coroutine function may be used and is awaited; exceptions are logged with the plugin's name and
-    do not stop the stream. Rows written by this process itself are not delivered here.
+    token: positive also for backwards streams). ``local`` is True for rows this process wrote
+    itself: they arrive once their transaction committed and every earlier ID of this writer is
+    complete, so a plugin sees its own writes in order too and writes each reaction once.
+
+    The host's reader pipeline runs, for every token: the stream's cache invalidations
+    (``InvalidationSpec``), then ``on_rows``, then (replicated rows only) the stream's position
+    advances, then waiters and ``/sync`` long polls wake. So what this hook reads through a cache is
+    already invalidated, and whatever it invalidates is invalid before anyone can observe the new
+    position. A coroutine function may be used and is awaited; exceptions are logged with the
+    plugin's name and do not stop the stream.
     """
 
 
 @hookspec
-def shutdown(host: Any) -> None:
+def shutdown(host: HostApi) -> None:
     """Called once when a host process stops, in the reverse of the ``startup`` order.
 
     A coroutine function may be used and is awaited. An exception is reported (logged by the host)

@@ -20,7 +20,7 @@ import difflib
 import inspect
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
@@ -31,6 +31,7 @@ import pluggy
 from factstream.errors import PluginError
 from factstream.plugin import core, hookspecs
 from factstream.plugin.registry import Registry
+from factstream.plugin.rows import RowsHook, positional_arity
 
 ENTRY_POINT_GROUP = "factstream"
 CORE_PLUGIN = "factstream"
@@ -42,6 +43,7 @@ REGISTRATION_HOOKS = (
     "register_export_jobs",
     "register_routes",
     "register_commands",
+    "register_settings",
 )
 
 trace_log = logging.getLogger("factstream.hooks")
@@ -96,7 +98,6 @@ class PluginHost:
         self.trace = trace
         self._registry: Registry | None = None
         self._impl_cache: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
-        self._rows_cache: list[tuple[str, Callable[..., Any], bool]] | None = None
         self._params: dict[Callable[..., Any], frozenset[str]] = {}
         if trace:
             self.pm.trace.root.setwriter(lambda msg: trace_log.info("%s", msg.rstrip()))
@@ -116,7 +117,6 @@ class PluginHost:
         self.plugins[name] = info or PluginInfo(name, _module_name(plugin), None, None)
         self._registry = None
         self._impl_cache.clear()
-        self._rows_cache = None
 
     def check_pending(self) -> None:
         """Fail loudly if any hook implementation has no matching spec (a misspelt hook)."""
@@ -151,7 +151,7 @@ class PluginHost:
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
-    async def startup(self, host: Any) -> None:
+    async def startup(self, host: object) -> None:
         """Run every plugin's ``startup(host)``; the first failure stops start-up, naming the plugin."""
         for plugin_name, function in self._impls("startup"):
             result = self._call(plugin_name, "startup", function, host=host)
@@ -161,130 +161,18 @@ class PluginHost:
     def has_impls(self, hook: str) -> bool:
         return bool(getattr(self.pm.hook, hook).get_hookimpls())
 
-    def on_rows(self, host: Any, stream: str, instance: str, token: int, rows: list[Any]) -> Awaitable[None] | None:
-        """Deliver replicated rows to every ``on_rows`` implementation; failures are logged by plugin.
+    def rows_hook(self, host: object) -> RowsHook:
+        """The ``on_rows`` implementations bound to ``host``, for the reader pipeline (plugin/rows.py).
 
-        This runs for every replicated token, so implementations taking the full argument list in
-        the spec's order are called positionally, without building keyword arguments per call, and
-        no coroutine is made unless an implementation returns an awaitable: then the returned
-        awaitable awaits it and calls the remaining implementations, in the same order.
+        With tracing on, every implementation is called through the traced keyword path.
         """
-        impls = self._rows_impls()
-        for index, (plugin_name, function, full) in enumerate(impls):
-            try:
-                result = self._call_rows_impl(plugin_name, function, full, host, stream, instance, token, rows)
-            except PluginError as exc:
-                log.error("%s", exc)
-                continue
-            if result is not None and inspect.isawaitable(result):
-                return self._on_rows_from(impls[index:], result, host, stream, instance, token, rows)
-        return None
+        impls = [
+            (name, function, 0 if self.trace else positional_arity(function))
+            for name, function in self._impls("on_rows")
+        ]
+        return RowsHook(host, impls, self._call)
 
-    async def _on_rows_from(
-        self,
-        impls: list[tuple[str, Callable[..., Any], bool]],
-        first: Awaitable[Any],
-        host: Any,
-        stream: str,
-        instance: str,
-        token: int,
-        rows: list[Any],
-    ) -> None:
-        """Await ``first`` (what ``impls[0]`` returned), then call the other implementations in order."""
-        for index, (plugin_name, function, full) in enumerate(impls):
-            try:
-                result = (
-                    first
-                    if index == 0
-                    else self._call_rows_impl(plugin_name, function, full, host, stream, instance, token, rows)
-                )
-                if result is not None and inspect.isawaitable(result):
-                    await _named(plugin_name, "on_rows", result)
-            except PluginError as exc:
-                log.error("%s", exc)
-
-    def _call_rows_impl(
-        self,
-        plugin_name: str,
-        function: Callable[..., Any],
-        full: bool,
-        host: Any,
-        stream: str,
-        instance: str,
-        token: int,
-        rows: list[Any],
-    ) -> Any:
-        if full and not self.trace:
-            try:
-                return function(host, stream, instance, token, rows)
-            except Exception as exc:
-                message = f"plugin {plugin_name!r} failed in hook on_rows: {type(exc).__name__}: {exc}"
-                raise PluginError(message) from exc
-        return self._call(
-            plugin_name, "on_rows", function, host=host, stream=stream, instance=instance, token=token, rows=rows
-        )
-
-    def rows_callback(self, host: Any) -> Callable[[Any, str, int, list[Any]], Awaitable[None] | None]:
-        """``callback(stream, instance, token, rows)`` delivering to the ``on_rows`` hooks, for the handler.
-
-        ``stream`` is the replicated stream (its ``name`` is what the hooks get). With a single
-        implementation taking the spec's full argument list (the usual case) the callback calls it
-        directly: it runs for every replicated token. Otherwise it is :meth:`on_rows`.
-        """
-        impls = self._rows_impls()
-        if len(impls) != 1 or not impls[0][2] or self.trace:
-
-            def every(stream: Any, instance: str, token: int, rows: list[Any]) -> Awaitable[None] | None:
-                return self.on_rows(host, stream.name, instance, token, rows)
-
-            return every
-        plugin_name, function, _ = impls[0]
-
-        def one(stream: Any, instance: str, token: int, rows: list[Any]) -> Awaitable[None] | None:
-            try:
-                result = function(host, stream.name, instance, token, rows)
-            except Exception as exc:
-                log.error("plugin %r failed in hook on_rows: %s: %s", plugin_name, type(exc).__name__, exc)
-                return None
-            if result is not None and inspect.isawaitable(result):
-                return _logged(_named(plugin_name, "on_rows", result))
-            return None
-
-        def many(stream: Any, instance: str, tokens: list[int], rows: list[Any]) -> Awaitable[None] | None:
-            """``one`` for each ``(token, [row])`` in order, in one frame: a busy reader's usual call."""
-            name = stream.name
-            pairs = zip(tokens, rows, strict=True)
-            for token, row in pairs:
-                try:
-                    result = function(host, name, instance, token, [row])
-                except Exception as exc:
-                    log.error("plugin %r failed in hook on_rows: %s: %s", plugin_name, type(exc).__name__, exc)
-                    continue
-                if result is not None and inspect.isawaitable(result):
-                    return _rest(_logged(_named(plugin_name, "on_rows", result)), stream, instance, pairs)
-            return None
-
-        async def _rest(first: Awaitable[None], stream: Any, instance: str, pairs: Iterator[tuple[int, Any]]) -> None:
-            await first
-            for token, row in pairs:
-                waiting = one(stream, instance, token, [row])
-                if waiting is not None:
-                    await waiting
-
-        one.many = many  # type: ignore[attr-defined]
-        return one
-
-    def _rows_impls(self) -> list[tuple[str, Callable[..., Any], bool]]:
-        cached = self._rows_cache
-        if cached is None:
-            order = ("host", "stream", "instance", "token", "rows")
-            cached = self._rows_cache = [
-                (name, function, tuple(inspect.signature(function).parameters) == order)
-                for name, function in self._impls("on_rows")
-            ]
-        return cached
-
-    async def shutdown(self, host: Any) -> list[PluginError]:
+    async def shutdown(self, host: object) -> list[PluginError]:
         """Run every ``shutdown(host)`` in reverse order; failures are collected, not raised."""
         errors: list[PluginError] = []
         for plugin_name, function in self._impls("shutdown")[::-1]:
@@ -339,14 +227,6 @@ async def _named(plugin_name: str, hook: str, awaitable: Any) -> Any:
         raise
     except Exception as exc:
         raise PluginError(f"plugin {plugin_name!r} failed in hook {hook}: {type(exc).__name__}: {exc}") from exc
-
-
-async def _logged(awaitable: Awaitable[Any]) -> None:
-    """Await a hook's result, logging (not raising) the :class:`PluginError` that names the plugin."""
-    try:
-        await awaitable
-    except PluginError as exc:
-        log.error("%s", exc)
 
 
 def _binder(registry: Registry, plugin_name: str, hook: str, host: PluginHost) -> Callable[[Any], None]:

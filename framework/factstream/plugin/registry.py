@@ -13,7 +13,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from factstream.errors import PluginError
-from factstream.plugin.specs import CacheSpec, CommandSpec, ExportJobSpec, InvalidationSpec, MigrationSpec, RouteSpec
+from factstream.plugin.specs import (
+    CacheSpec,
+    CommandSpec,
+    ExportJobSpec,
+    InvalidationSpec,
+    MigrationSpec,
+    RouteSpec,
+    SettingsSpec,
+)
 from factstream.plugin.streams import StreamSpec
 
 T = TypeVar("T")
@@ -80,6 +88,8 @@ class Registry:
         self.export_jobs: _Table[ExportJobSpec] = _Table("export job", lambda s: s.name)
         self.routes: _Table[RouteSpec] = _Table("route", lambda s: ",".join(s.methods) + " " + s.path)
         self.commands: _Table[CommandSpec] = _Table("command", lambda s: s.name)
+        #: Keyed by plugin name: the ``plugins.<name>`` section each plugin's model validates.
+        self.settings: _Table[SettingsSpec] = _Table("settings", lambda s: "")
         self._finished = False
 
     # -- registration ------------------------------------------------------------------------------
@@ -106,6 +116,14 @@ class Registry:
                 self.routes.add(plugin, replace(spec, methods=(method,)))
         elif isinstance(spec, CommandSpec):
             self.commands.add(plugin, spec)
+        elif isinstance(spec, SettingsSpec):
+            if plugin in self.settings:
+                raise PluginError(f"plugin {plugin!r} registered settings more than once")
+            if any(r.spec.model is spec.model for r in self.settings):
+                raise PluginError(
+                    f"plugin {plugin!r} registered settings model {spec.model.__name__}, already registered"
+                )
+            self.settings.entries[plugin] = Registered(plugin, spec)
         else:
             raise PluginError(f"plugin {plugin!r} registered {spec!r}, which is not a factstream spec")
 

@@ -9,26 +9,21 @@ registered, in :meth:`factstream.plugin.registry.Registry.finish`.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-#: Names of streams, caches, jobs, commands and sync keys: lower-case identifiers, usable as SQL and
-#: alembic branch labels without quoting.
-NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+from pydantic import BaseModel
 
+from factstream.plugin.names import NAME_RE as NAME_RE
+from factstream.plugin.names import check_name as check_name
 
-def check_name(kind: str, value: object) -> str:
-    """Return ``value`` if it is a valid factstream name, else raise ``ValueError`` saying why."""
-    if not isinstance(value, str) or not NAME_RE.match(value):
-        raise ValueError(
-            f"invalid {kind} name {value!r}: use 1-63 characters, lower-case letters, digits and '_', "
-            "starting with a letter"
-        )
-    return value
+if TYPE_CHECKING:
+    from starlette.requests import Request
 
+    from factstream.plugin.api import HostApi
 
 #: Cache names with a meaning of their own on the caches stream (the reference's "fake" caches):
 #: ``cs_cache_fake`` (a room's current state changed), ``ph_cache_fake`` (history purged) and
@@ -184,18 +179,19 @@ ROUTE_ACCESS = frozenset({"public", "user", "writer"})
 
 @dataclass(frozen=True)
 class RouteSpec:
-    """An HTTP route the host serves: ``endpoint`` is an async callable taking the request.
+    """An HTTP route the host serves: ``endpoint`` is ``async (request, host) -> response``.
 
-    The endpoint receives a ``starlette.requests.Request``; ``request.state.user`` is the
-    authenticated user (``None`` on public routes), ``request.state.host`` the running host, and
-    ``request.path_params`` the path's parameters. It returns a Starlette ``Response`` or a JSON-able
-    value (sent as ``application/json``, status 200). ``access``: ``"public"`` (no token),
-    ``"user"`` (any valid bearer token) or ``"writer"`` (a token allowed to write); by default GET
-    routes need ``"user"`` and the others ``"writer"``.
+    The endpoint receives the ``starlette.requests.Request`` and the running host
+    (:class:`~factstream.HostApi`); ``request.state.user`` is the authenticated user (``None`` on
+    public routes) and ``request.path_params`` the path's parameters. It returns a Starlette
+    ``Response`` or a JSON-able value (sent as ``application/json``, status 200); raising
+    :class:`~factstream.HttpError` answers ``{"errcode", "error"}`` with its status. ``access``:
+    ``"public"`` (no token), ``"user"`` (any valid bearer token) or ``"writer"`` (a token allowed to
+    write); by default GET routes need ``"user"`` and the others ``"writer"``.
     """
 
     path: str
-    endpoint: Callable[..., Any]
+    endpoint: Callable[[Request, HostApi], Awaitable[object]]
     methods: tuple[str, ...] = ("GET",)
     name: str = ""
     access: str = ""
@@ -229,3 +225,21 @@ class CommandSpec:
             raise ValueError(f"invalid command name {self.name!r}: lower-case letters, digits and '-'")
         if not callable(self.app):
             raise ValueError(f"command {self.name!r}: app must be a typer.Typer or a function")
+
+
+@dataclass(frozen=True)
+class SettingsSpec:
+    """The settings a plugin takes: ``model`` (a pydantic model) validates its ``plugins.<name>`` section.
+
+    ``<name>`` is the plugin's entry-point name. The section comes from the YAML configuration, with
+    environment overrides like every other key (``FACTSTREAM_PLUGINS__<NAME>__<KEY>``); it is
+    validated when the host starts, and a bad value stops start-up naming the plugin and the key.
+    The model's defaults apply when the section is absent. Read it with
+    ``host.plugin_settings(Model)``.
+    """
+
+    model: type[BaseModel]
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.model, type) and issubclass(self.model, BaseModel)):
+            raise ValueError(f"settings model must be a pydantic BaseModel subclass, not {self.model!r}")

@@ -19,6 +19,7 @@ from factstream.plugin.specs import check_name
 
 if TYPE_CHECKING:
     from factstream.db.database import Database
+    from factstream.plugin.api import HostApi
 
 WritersMode = Literal["configured", "any"]
 
@@ -47,12 +48,12 @@ class SyncRequest:
 
     ``since`` and ``upto`` map each writer instance of the stream to a wire token (the positions the
     client's token and the new token hold for that writer); a writer missing from ``since`` is at 0.
-    ``device`` is the requesting device, if the client named one. ``host`` is the running
-    :class:`factstream.host.app.Host` (``host.database()``, ``host.caches`` ...). At most ``limit``
+    ``device`` is the requesting device, if the client named one. ``host`` is the running host
+    (:class:`~factstream.HostApi`: ``host.database()``, ``host.caches``, ``host.state(...)``). At most ``limit``
     items should be returned; ``limited`` in the response then tells the client to sync again.
     """
 
-    host: Any
+    host: HostApi
     stream: str
     user: str
     device: str | None

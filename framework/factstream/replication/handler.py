@@ -14,9 +14,11 @@ Guarantees, per stream:
   that writer is outside ``[prev, new]`` it has missed something (or the writer restarted), so it
   reads the writer's rows after its current view through the stream's update function, in token
   order, looping while the function is limited.
-* For every token: first the plugins see the rows (cache invalidation, ``on_rows`` hooks), then the
-  ID generator advances, then waiters wake. A reader that waits for a position therefore never reads
-  state that the rows at that position made stale.
+* For every token: first the host's pipeline sees the rows (:meth:`RowSink.rows`: cache
+  invalidations, ``on_rows`` hooks), then the ID generator advances, then the pipeline wakes long
+  polls (:meth:`RowSink.advanced`) and the handler its position waiters. A reader that waits for a
+  position therefore never reads state that the rows at that position made stale. The stages
+  themselves live in ``factstream.host.pipeline``.
 
 Peers speak only for themselves (docs/security.md). RDATA and POSITION are accepted only under the
 name of an instance configured to write that stream (or any, for streams anyone writes), never under
@@ -34,12 +36,11 @@ import asyncio
 import bisect
 import collections
 import contextlib
-import inspect
 import itertools
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, cast
 
 from factstream.replication import wire
@@ -51,12 +52,40 @@ log = logging.getLogger(__name__)
 #: Rows per update-function call when catching up from the database.
 CATCH_UP_PAGE_ROWS = 2_000
 
-#: ``on_rows(stream, instance, token, rows)``: called for every token's rows before positions advance.
-RowsCallback = Callable[[ReplicatedStream, str, int, list[Any]], Awaitable[None] | None]
-#: A rows callback for some streams only: ``(callback, stream names)``.
-ScopedRowsCallback = tuple[RowsCallback, Collection[str]]
-#: ``on_position(stream, instance, token)``: called after a stream advanced (rows or not).
-PositionCallback = Callable[[ReplicatedStream, str, int], Awaitable[None] | None]
+
+class RowSink(Protocol):
+    """Where the reader delivers rows: the host's pipeline (``factstream.host.pipeline``).
+
+    ``rows`` and ``run`` are called before the stream advances past the rows and may return an
+    awaitable the reader awaits before it advances; ``advanced`` after every advance (rows or not).
+    """
+
+    def rows(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> Awaitable[None] | None:
+        """One token's rows."""
+        ...
+
+    def run(
+        self, stream: ReplicatedStream, instance: str, tokens: list[int], rows: list[Any]
+    ) -> Awaitable[None] | None:
+        """A run of tokens with one row each, in order (the same as ``rows`` for each)."""
+        ...
+
+    def advanced(self, stream: ReplicatedStream, instance: str, token: int) -> None:
+        """``stream`` advanced to ``token`` for ``instance``."""
+        ...
+
+
+class NoSink:
+    """A reader whose rows nobody reacts to (positions still advance and waiters wake)."""
+
+    def rows(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> None:
+        return None
+
+    def run(self, stream: ReplicatedStream, instance: str, tokens: list[int], rows: list[Any]) -> None:
+        return None
+
+    def advanced(self, stream: ReplicatedStream, instance: str, token: int) -> None:
+        return None
 
 
 #: Seconds between two log lines about refused commands of one kind from one sender.
@@ -95,18 +124,12 @@ class ReplicationHandler:
         instance_name: str,
         streams: Iterable[ReplicatedStream],
         *,
-        on_rows: Iterable[RowsCallback | ScopedRowsCallback] = (),
-        on_position: Iterable[PositionCallback] = (),
+        sink: RowSink | None = None,
         max_backlog: int = 10_000,
     ) -> None:
         self.instance_name = instance_name
         self.streams = {s.name: s for s in streams}
-        #: ``(callback, streams or None for all)``, in call order.
-        self.on_rows: list[tuple[RowsCallback, Collection[str] | None]] = [
-            (entry[0], entry[1]) if isinstance(entry, tuple) else (entry, None) for entry in on_rows
-        ]
-        self._rows_callbacks: dict[str, list[RowsCallback]] = {}
-        self.on_position = list(on_position)
+        self.sink: RowSink = sink if sink is not None else NoSink()
         self.connections: list[Connection] = []
         self._connected: dict[Connection, set[str]] = defaultdict(set)
         self._batches: dict[tuple[str, str], list[Any]] = {}
@@ -344,7 +367,7 @@ class ReplicationHandler:
             rows.append(row)
         if cmd.token <= max(pending.get(instance, 0), stream.current_token(instance)):
             return  # already seen (a catch-up read it first)
-        waiting = self._call_on_rows(stream, instance, cmd.token, rows)
+        waiting = self._rows(stream, instance, cmd.token, rows)
         if waiting is not None:
             await waiting
         pending[instance] = cmd.token
@@ -366,7 +389,7 @@ class ReplicationHandler:
                 await self._deliver_plain_run(stream, instance, plain, rows)
                 pending[instance] = plain[-1]
                 return
-        call = self._call_on_rows
+        call = self._rows
         for token, row, text in zip(run.tokens, rows, run.texts, strict=True):
             if row is None:
                 log.warning("dropping RDATA with a bad row from %s on %s: %r", instance, stream.name, text[:500])
@@ -394,28 +417,14 @@ class ReplicationHandler:
     async def _deliver_plain_run(
         self, stream: ReplicatedStream, instance: str, tokens: list[int], rows: list[Any]
     ) -> None:
-        """The rows callbacks for each ``(token, [row])``, in order.
-
-        A lone callback with a ``many(stream, instance, tokens, rows)`` attribute (the plugin host's,
-        see ``PluginHost.rows_callback``) gets the whole run in one call, which makes the same calls.
-        """
-        callbacks = self._callbacks_for(stream.name)
-        if len(callbacks) == 1:
-            many = getattr(callbacks[0], "many", None)
-            if many is not None:
-                self.rows_processed += len(tokens)
-                try:
-                    waiting = many(stream, instance, tokens, rows)
-                    if waiting is not None:
-                        await waiting
-                except Exception:
-                    log.exception("on_rows callback %r failed for %s", callbacks[0], stream.name)
-                return
-        call = self._call_on_rows
-        for token, row in zip(tokens, rows, strict=True):
-            waiting = call(stream, instance, token, [row])
+        """The pipeline's run stage for ``(token, [row])`` pairs, in order (one call for the run)."""
+        self.rows_processed += len(tokens)
+        try:
+            waiting = self.sink.run(stream, instance, tokens, rows)
             if waiting is not None:
                 await waiting
+        except Exception:
+            log.exception("the reader pipeline failed on a run of %s from %s", stream.name, instance)
 
     async def _process_position(self, conn: Connection, cmd: wire.PositionCommand) -> None:
         stream = self.streams[cmd.stream_name]
@@ -440,7 +449,7 @@ class ReplicationHandler:
             )
             # A page at a time: every token's rows to the plugins, then one advance to the page's end.
             for token, group in itertools.groupby(updates, key=lambda u: u[0]):
-                waiting = self._call_on_rows(stream, cmd.instance_name, token, [row for _, row in group])
+                waiting = self._rows(stream, cmd.instance_name, token, [row for _, row in group])
                 if waiting is not None:
                     await waiting
             if missing:
@@ -451,65 +460,26 @@ class ReplicationHandler:
 
     # -- delivery ----------------------------------------------------------------------------------
 
-    def _callbacks_for(self, stream: str) -> list[RowsCallback]:
-        callbacks = self._rows_callbacks.get(stream)
-        if callbacks is None:
-            callbacks = [cb for cb, scope in self.on_rows if scope is None or stream in scope]
-            self._rows_callbacks[stream] = callbacks
-        return callbacks
-
-    def _call_on_rows(
-        self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]
-    ) -> Awaitable[None] | None:
-        """Run the rows callbacks for one token, in order; an awaitable if one of them must be awaited.
-
-        This runs for every replicated token, so synchronous callbacks cost no coroutine: only when
-        a callback returns an awaitable does the rest continue in :meth:`_call_on_rows_from`.
-        """
+    def _rows(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> Awaitable[None] | None:
+        """The pipeline's rows stage for one token; an awaitable if it must be awaited before advancing."""
         self.rows_processed += len(rows)
-        callbacks = self._rows_callbacks.get(stream.name) or self._callbacks_for(stream.name)
-        for index, callback in enumerate(callbacks):
-            try:
-                result = callback(stream, instance, token, rows)
-            except Exception:
-                log.exception("on_rows callback %r failed for %s at %s", callback, stream.name, token)
-                continue
-            if result is not None and inspect.isawaitable(result):
-                return self._call_on_rows_from(stream, instance, token, rows, callbacks[index:], result)
-        return None
-
-    async def _call_on_rows_from(
-        self,
-        stream: ReplicatedStream,
-        instance: str,
-        token: int,
-        rows: list[Any],
-        callbacks: list[RowsCallback],
-        first: Awaitable[Any],
-    ) -> None:
-        """Await ``first`` (what ``callbacks[0]`` returned), then run the other callbacks in order."""
-        for index, callback in enumerate(callbacks):
-            try:
-                result = first if index == 0 else callback(stream, instance, token, rows)
-                if result is not None and inspect.isawaitable(result):
-                    await result
-            except Exception:
-                log.exception("on_rows callback %r failed for %s at %s", callback, stream.name, token)
+        try:
+            return self.sink.rows(stream, instance, token, rows)
+        except Exception:
+            log.exception("the reader pipeline failed on %s from %s at %s", stream.name, instance, token)
+            return None
 
     async def _deliver(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> None:
         """Plugins first, then the position, then waiters: the order readers rely on."""
         if rows:
-            waiting = self._call_on_rows(stream, instance, token, rows)
+            waiting = self._rows(stream, instance, token, rows)
             if waiting is not None:
                 await waiting
         stream.advance(instance, token)
-        for position_callback in self.on_position:
-            try:
-                result = position_callback(stream, instance, token)
-                if result is not None and inspect.isawaitable(result):
-                    await result
-            except Exception:
-                log.exception("on_position callback %r failed for %s at %s", position_callback, stream.name, token)
+        try:
+            self.sink.advanced(stream, instance, token)
+        except Exception:
+            log.exception("the reader pipeline failed waking for %s at %s", stream.name, token)
         self._wake(stream.name, instance, token)
 
     # -- waiting -----------------------------------------------------------------------------------

@@ -5,8 +5,7 @@
 * the token layout (``SyncKeyLayout.load`` over the registered streams that have a ``sync_key``), the
   instance IDs of the token's string form, and the current token (from the streams' ID generators);
 * the :class:`~factstream.sync.Notifier` where requests wait, and the
-  :class:`~factstream.sync.wakeups.WakeRouter` / :class:`~factstream.sync.wakeups.LocalTail` that wake
-  them.
+  :class:`~factstream.sync.wakeups.WakeRouter` that wakes them (fed by the host's reader pipeline).
 
 A request (:meth:`SyncService.sync`) goes: parse ``since`` (a malformed token is a
 :class:`~factstream.sync.TokenError`, which the HTTP layer answers with 400); clamp fields from the
@@ -53,11 +52,12 @@ from factstream.sync import (
     current_token_source,
     sync_keys_for_streams,
 )
-from factstream.sync.wakeups import LocalTail, SyncedStream, WakeRouter, wake_function
+from factstream.sync.wakeups import SyncedStream, WakeRouter, wake_function
 
 if TYPE_CHECKING:
     from factstream.config import HttpConfig, Settings
     from factstream.db.database import Database
+    from factstream.plugin.api import HostApi
     from factstream.plugin.manager import PluginHost
 
 log = logging.getLogger(__name__)
@@ -66,8 +66,8 @@ log = logging.getLogger(__name__)
 class SyncHost(Protocol):
     """What the sync service needs of the host that builds it (:class:`factstream.host.app.Host` is one).
 
-    Declared here, beside its use, so that the service does not import the host that imports it; the
-    host is also what :class:`~factstream.SyncRequest` hands to a stream's ``sync_rows``.
+    Declared here, beside its use, so that the service does not import the host that imports it;
+    ``api`` is what :class:`~factstream.SyncRequest` hands to a stream's ``sync_rows``.
     """
 
     @property
@@ -78,6 +78,9 @@ class SyncHost(Protocol):
 
     @property
     def plugins(self) -> PluginHost: ...
+
+    @property
+    def api(self) -> HostApi: ...
 
 
 def check_sync_keys(specs: Sequence[StreamSpec], replicated: Mapping[str, object], instance: str) -> None:
@@ -135,7 +138,6 @@ class SyncService:
         self.current = current_token_source(layout, {s.key: s.stream.id_gen for s in self.synced})
         self.notifier = Notifier(self.current)
         self.router = WakeRouter(self.notifier, self.synced)
-        self.local_tail = LocalTail(self.router, self.synced)
         self.max_allocated = {s.key: s.stream.id_gen.get_max_allocated_token for s in self.synced}
         self._default_readers = {s.name: _default_reader(s, host.settings.writers_for(s.name)) for s in self.synced}
         self._warned: set[str] = set()
@@ -229,7 +231,7 @@ class SyncService:
                 continue
             value = since.get(synced.key)
             at = {w: _position(value, w) for w in self._writers(synced, value)}
-            request = SyncRequest(self.host, synced.name, user, device, at, dict(at), self.config.sync_limit)
+            request = SyncRequest(self.host.api, synced.name, user, device, at, dict(at), self.config.sync_limit)
             items = list(await reader(request))
             if items:
                 due[synced.name] = items
@@ -250,7 +252,7 @@ class SyncService:
             low = {w: min(max(_position(prev.get(key), w), _position(since.get(key), w)), upto[w]) for w in writers}
             if all(low[w] == upto[w] for w in writers):
                 continue
-            request = SyncRequest(self.host, synced.name, user, device, low, upto, limit)
+            request = SyncRequest(self.host.api, synced.name, user, device, low, upto, limit)
             reader = synced.spec.sync_rows or self._default_readers[synced.name]
             items = list(await reader(request))
             if not items:
@@ -308,10 +310,10 @@ class SyncService:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.local_tail.start()
+        """Nothing to start: the reader pipeline feeds the router (kept for the host's lifecycle)."""
 
     async def close(self) -> None:
-        await self.local_tail.close()
+        """Nothing to stop: open long polls are answered by ``notifier.close()``."""
 
 
 def advance(token: StreamToken, other: StreamToken) -> StreamToken:

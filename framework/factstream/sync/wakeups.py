@@ -5,15 +5,13 @@ per row, which users (and rooms) the row concerns, and it must do so only *after
 in this process, that is after the stream's position advanced (the reader's order is: invalidate
 caches, advance positions, wake waiters).
 
-* **Replicated rows** come through the :class:`~factstream.replication.handler.ReplicationHandler`:
-  :meth:`WakeRouter.on_rows` (an ``on_rows`` callback, before the advance) only keeps a reference to
-  the rows; :meth:`WakeRouter.on_position` (after the advance) computes the targets and notifies.
-  Streams without a ``sync_key`` cost one dictionary lookup per token and nothing else, and targets
-  are only computed while some user has a stream in the notifier.
-* **Rows written here** never come back through replication. :class:`LocalTail` follows the
-  completions of the synced streams this process writes, reads its own new rows back through the
-  stream's update function (only while some user has a stream in the notifier; otherwise it just
-  moves its cursor) and hands them to the same router.
+* **Replicated rows**: the reader pipeline (``factstream.host.pipeline``) calls
+  :meth:`WakeRouter.remember` before the advance, which only keeps a reference to the rows, and
+  :meth:`WakeRouter.on_position` after it, which computes the targets and notifies. Streams without
+  a ``sync_key`` never reach the router, and targets are only computed while some user has a stream
+  in the notifier.
+* **Rows written here** never come back through replication: the pipeline's local side hands the
+  committed rows, from memory and in this writer's token order, to :meth:`WakeRouter.wake`.
 
 Why waking "only while the notifier has user streams" is safe: a user stream is created with the
 current token, which already includes every row whose position advanced before. Both decisions
@@ -23,8 +21,6 @@ slip in between them.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -35,9 +31,6 @@ from factstream.replication.stream import ReplicatedStream
 from factstream.sync.notifier import Notifier
 
 log = logging.getLogger(__name__)
-
-#: Rows per update-function call when the local tail reads this process's writes back.
-LOCAL_TAIL_PAGE_ROWS = 1_000
 
 
 def wake_function(spec: StreamSpec) -> Callable[[Any], Wake] | None:
@@ -76,16 +69,15 @@ class WakeRouter:
         self.synced = {s.name: s for s in synced}
         self._pending: dict[str, list[list[Any]]] = {}
 
-    # ReplicationHandler callbacks ------------------------------------------------------------------
+    # replicated rows: remembered before the advance, woken after it --------------------------------
 
-    def on_rows(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> None:
+    def remember(self, stream: str, rows: list[Any]) -> None:
         """Before the advance: remember the rows (a reference, no work per row)."""
-        if stream.name in self.synced:
-            pending = self._pending.get(stream.name)
-            if pending is None:
-                self._pending[stream.name] = [rows]
-            else:
-                pending.append(rows)
+        pending = self._pending.get(stream)
+        if pending is None:
+            self._pending[stream] = [rows]
+        else:
+            pending.append(rows)
 
     def on_position(self, stream: ReplicatedStream, instance: str, token: int) -> None:
         """After the advance: wake the users the remembered rows concern."""
@@ -117,74 +109,3 @@ class WakeRouter:
                 users.update(targets.users)
                 rooms.update(targets.rooms)
         return notifier.on_new_event(synced.key, token, users=users, rooms=rooms)
-
-
-class LocalTail:
-    """Wakes long polls for the rows this process writes itself (see the module docstring).
-
-    One task for all the synced streams this process writes; woken by their ID generators'
-    completion listeners. ``start`` and ``close`` are called by the host.
-    """
-
-    def __init__(self, router: WakeRouter, streams: Iterable[SyncedStream]) -> None:
-        self.router = router
-        self.streams = [s for s in streams if s.stream.id_gen.is_writer]
-        self._cursor = {s.name: s.stream.current_token(s.stream.local) for s in self.streams}
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        for s in self.streams:
-            s.stream.id_gen.add_completion_listener(self._wake.set)
-
-    def start(self) -> None:
-        if self.streams and self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="sync-local-tail")
-
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            for synced in self.streams:
-                try:
-                    await self.catch_up(synced)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("could not read back local rows of %s to wake long polls", synced.name)
-                    await asyncio.sleep(0.5)
-                    self._wake.set()
-
-    async def catch_up(self, synced: SyncedStream) -> None:
-        """Wake the users of this process's rows of ``synced`` written since the last call."""
-        stream = synced.stream
-        current = stream.current_token(stream.local)
-        last = self._cursor[synced.name]
-        if current <= last:
-            return
-        if (
-            synced.wake is None
-            or not self.router.notifier.user_stream_count
-            or last >= stream.minimal_local_current_token()
-        ):
-            # Nobody to wake, or the position moved only because other writers did (their rows
-            # arrive through replication): no need to read anything.
-            self._cursor[synced.name] = current
-            self.router.wake(synced, current, None)
-            return
-        batches: list[list[Any]] = []
-        while last < current:
-            updates, upto, limited = await stream.get_updates_since(
-                stream.local, last, current, limit=LOCAL_TAIL_PAGE_ROWS
-            )
-            batches.append([row for _, row in updates])
-            last = upto
-            if not limited:
-                break
-        self._cursor[synced.name] = current
-        self.router.wake(synced, current, batches)
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None

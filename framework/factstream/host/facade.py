@@ -1,0 +1,285 @@
+"""The running host's implementation of :class:`~factstream.HostApi`, what every plugin is handed.
+
+It is a thin facade over :class:`factstream.host.app.Host` that exposes only the plugin API: plugins
+never see the replication handler, the ID generators or the sync service. Its stream writers hand
+every committed row to the reader pipeline's local side (``factstream.host.pipeline.LocalRows``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+import msgspec
+from pydantic import BaseModel, ValidationError
+
+from factstream.caches.registry import CacheRegistry
+from factstream.config import ENV_PREFIX, Settings
+from factstream.db.database import Database, Transaction
+from factstream.errors import ConfigError, FactstreamError
+from factstream.idgen.generator import IdGeneratorError
+from factstream.plugin.api import HostApi, StreamWriter
+from factstream.plugin.registry import Registry
+from factstream.replication.stream import ReplicatedStream
+
+log = logging.getLogger(__name__)
+
+RowT = TypeVar("RowT", bound=msgspec.Struct)
+T = TypeVar("T")
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+class LocalSink(Protocol):
+    """Where committed local rows go (``factstream.host.pipeline.LocalRows``)."""
+
+    def completed(self, stream: str, tokens: list[int], rows: list[Any], committed: bool) -> None: ...
+
+
+class RunningHost(Protocol):
+    """What the facade reads of the host (:class:`factstream.host.app.Host` is one)."""
+
+    @property
+    def instance_name(self) -> str: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def caches(self) -> CacheRegistry: ...
+
+    @property
+    def streams(self) -> Mapping[str, ReplicatedStream]: ...
+
+    def database(self) -> Database: ...
+
+    async def wait_for_stream_position(
+        self, instance: str, stream: str, position: int, timeout: float = 5.0
+    ) -> bool: ...
+
+
+class NoLocalSink:
+    def completed(self, stream: str, tokens: list[int], rows: list[Any], committed: bool) -> None:
+        return None
+
+
+def load_plugin_settings(settings: Settings, registry: Registry) -> dict[type[BaseModel], BaseModel]:
+    """Validate every plugin's ``plugins.<name>`` section against the model it registered.
+
+    Raises :class:`ConfigError` naming the plugin and the key for a bad value, a section for a loaded
+    plugin that takes no settings, or a section that is not a mapping. A section naming no loaded
+    plugin is logged (the plugin may be blocked on this instance) and ignored.
+    """
+    sections = dict(settings.plugins)
+    out: dict[type[BaseModel], BaseModel] = {}
+    for reg in registry.settings:
+        raw = sections.pop(reg.plugin, None) or {}
+        try:
+            out[reg.spec.model] = reg.spec.model.model_validate(raw)
+        except ValidationError as exc:
+            raise ConfigError(_describe(reg.plugin, exc)) from None
+    takes_none = sorted(name for name in sections if name in _plugin_names(registry))
+    if takes_none:
+        raise ConfigError(
+            "; ".join(f"plugins.{name}: plugin {name!r} takes no settings (it registers none)" for name in takes_none)
+        )
+    for name in sorted(sections):
+        log.warning("configuration section plugins.%s names no loaded plugin; ignored", name)
+    return out
+
+
+def _plugin_names(registry: Registry) -> set[str]:
+    names: set[str] = set()
+    for table in (registry.streams, registry.caches, registry.export_jobs, registry.routes, registry.commands):
+        names.update(r.plugin for r in table)
+    names.update(r.plugin for r in registry.invalidations)
+    names.update(r.plugin for r in registry.migrations)
+    return names
+
+
+def _describe(plugin: str, exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        key = ".".join(["plugins", plugin, *loc])
+        env = ENV_PREFIX + "__".join(["PLUGINS", plugin, *loc]).upper()
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        value = err.get("input")
+        shown = "" if err["type"] in {"extra_forbidden", "missing"} or isinstance(value, dict) else f" (got {value!r})"
+        problems.append(f"{key} (env {env}): {msg}{shown}")
+    return f"invalid settings of plugin {plugin!r}: " + "; ".join(problems)
+
+
+class TableStreamWriter(StreamWriter[RowT]):
+    """A stream's writer in this process (see :class:`~factstream.StreamWriter`)."""
+
+    def __init__(self, stream: ReplicatedStream, sink: LocalSink) -> None:
+        self._stream = stream
+        self._gen = stream.id_gen
+        self._sink = sink
+        self._fields = stream.fields
+        self._first_table = stream.spec.tables[0].table
+
+    @property
+    def name(self) -> str:
+        return self._stream.name
+
+    @property
+    def is_writer(self) -> bool:
+        return self._gen.is_writer
+
+    @property
+    def writers(self) -> tuple[str, ...]:
+        return tuple(self._gen.writers)
+
+    def current_token(self) -> int:
+        return self._gen.get_current_token()
+
+    async def append(
+        self, txn: Transaction, row: RowT, *, table: str = "", columns: Mapping[str, object] | None = None
+    ) -> int:
+        values = self._values(row, columns)
+        ids = await self._gen.append_many_txn(txn, table or self._first_table, [values])
+        self._on_complete(txn, ids, [row])
+        return ids[0]
+
+    async def append_many(
+        self,
+        txn: Transaction,
+        rows: Sequence[RowT],
+        *,
+        table: str = "",
+        columns: Sequence[Mapping[str, object]] | None = None,
+    ) -> list[int]:
+        if not rows:
+            return []
+        if columns is not None and len(columns) != len(rows):
+            raise IdGeneratorError(f"stream {self.name!r}: {len(rows)} rows but {len(columns)} column mappings")
+        values = [self._values(row, None if columns is None else columns[i]) for i, row in enumerate(rows)]
+        ids = await self._gen.append_many_txn(txn, table or self._first_table, values)
+        self._on_complete(txn, ids, list(rows))
+        return ids
+
+    async def reserve(self, txn: Transaction, rows: Sequence[RowT]) -> list[int]:
+        if not rows:
+            return []
+        ids = await self._gen.get_next_mult_txn(txn, len(rows))
+        self._on_complete(txn, ids, list(rows))
+        return ids
+
+    def _values(self, row: RowT, columns: Mapping[str, object] | None) -> dict[str, object]:
+        if type(row) is not self._stream.spec.row_type:
+            raise TypeError(f"stream {self.name!r} takes {self._stream.spec.row_type.__name__} rows, not {row!r}")
+        values: dict[str, object] = {f: getattr(row, f) for f in self._fields}
+        if columns:
+            clash = sorted(set(columns) & set(values))
+            if clash:
+                raise IdGeneratorError(f"stream {self.name!r}: columns {clash} are fields of the row; set them there")
+            values.update(columns)
+        return values
+
+    def _on_complete(self, txn: Transaction, ids: list[int], rows: list[Any]) -> None:
+        factor = self._stream.factor
+        tokens = [i * factor for i in ids]
+        sink, name = self._sink, self.name
+        txn.on_complete(lambda committed: sink.completed(name, tokens, rows, committed))
+
+
+class HostFacade(HostApi):
+    """The running host as plugins see it (module docstring)."""
+
+    def __init__(self, host: RunningHost, plugin_settings: Mapping[type[BaseModel], BaseModel]) -> None:
+        self._host = host
+        self._plugin_settings = dict(plugin_settings)
+        self._state: dict[object, object] = {}
+        self._writers: dict[str, TableStreamWriter[Any]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: Set by the host once its pipeline exists; rows committed before then skip it.
+        self.local_sink: LocalSink = NoLocalSink()
+
+    @property
+    def instance_name(self) -> str:
+        return self._host.instance_name
+
+    @property
+    def main_instance(self) -> str:
+        return self._host.settings.main_instance
+
+    @property
+    def settings(self) -> Settings:
+        return self._host.settings
+
+    @property
+    def caches(self) -> CacheRegistry:
+        return self._host.caches
+
+    def database(self) -> Database:
+        return self._host.database()
+
+    def _replicated(self, stream: str) -> ReplicatedStream:
+        streams = self._host.streams
+        try:
+            return streams[stream]
+        except KeyError:
+            raise KeyError(f"unknown stream {stream!r} (streams: {', '.join(streams) or 'none'})") from None
+
+    def writes(self, stream: str) -> bool:
+        return self._replicated(stream).id_gen.is_writer
+
+    def stream(self, name: str, row_type: type[RowT]) -> StreamWriter[RowT]:
+        writer = self._writers.get(name)
+        if writer is None:
+            writer = self._writers[name] = TableStreamWriter(self._replicated(name), _Forward(self))
+        actual = writer._stream.spec.row_type
+        if actual is not row_type:
+            raise FactstreamError(f"stream {name!r} has row type {actual.__name__}, not {row_type.__name__}")
+        return writer
+
+    async def wait_for_stream_position(self, instance: str, stream: str, position: int, timeout: float = 5.0) -> bool:
+        return await self._host.wait_for_stream_position(instance, stream, position, timeout)
+
+    def state(self, factory: Callable[[HostApi], T]) -> T:
+        try:
+            return self._state[factory]  # type: ignore[return-value]
+        except KeyError:
+            value = self._state[factory] = factory(self)
+            return value
+
+    def spawn(self, coroutine: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coroutine, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task %s failed", task.get_name(), exc_info=task.exception())
+
+    def plugin_settings(self, model: type[ModelT]) -> ModelT:
+        try:
+            return self._plugin_settings[model]  # type: ignore[return-value]
+        except KeyError:
+            raise FactstreamError(f"no plugin registered settings model {model.__name__} (register_settings)") from None
+
+    async def cancel_tasks(self) -> None:
+        """Cancel and await every spawned task (the host calls this before the ``shutdown`` hooks)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+
+class _Forward:
+    """The facade's current local sink (the host sets it once its pipeline exists)."""
+
+    def __init__(self, facade: HostFacade) -> None:
+        self._facade = facade
+
+    def completed(self, stream: str, tokens: list[int], rows: list[Any], committed: bool) -> None:
+        self._facade.local_sink.completed(stream, tokens, rows, committed)

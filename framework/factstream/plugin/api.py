@@ -1,0 +1,199 @@
+"""The host as plugins see it: :class:`HostApi`, its :class:`StreamWriter` per stream, its :class:`Caches`.
+
+Every hook that runs in a host process (``startup``, ``on_rows``, ``shutdown``), every route handler
+and every :class:`~factstream.SyncRequest` is handed a ``HostApi``. It is a Protocol: the running
+host implements it (``factstream.host.facade``), a plugin's tests may implement it too, and mypy checks
+plugins against it. Nothing else of the host is public: a plugin that reaches past this interface
+relies on internals that change between releases.
+
+What a plugin gets, and the rules it can rely on:
+
+* **Who runs**: ``instance_name``, ``main_instance``, ``writes(stream)`` and ``settings`` (the
+  core configuration, read-only).
+* **Storage**: ``database()`` (transactions, queries) and ``caches`` (named caches, invalidation).
+* **Writing a stream**: ``stream(name, RowType)`` returns a typed :class:`StreamWriter`. Appending
+  through it reserves the stream ID inside the caller's transaction; when the transaction commits, the
+  rows go through this process's reader pipeline with ``local=True`` (cache invalidations declared
+  with ``InvalidationSpec``, ``on_rows`` hooks, waking ``/sync`` long polls), exactly as replicated
+  rows do on every other process. A plugin therefore declares its invalidations once.
+* **Waiting**: ``wait_for_stream_position`` (read-your-writes across processes).
+* **State**: ``state(factory)`` gives one object per host and factory (a store, a cache of its own),
+  made on first use; ``plugin_settings(Model)`` the plugin's validated ``plugins.<name>`` section.
+* **Tasks**: ``spawn(coroutine, name=...)`` runs a background task the host cancels when it stops,
+  before the ``shutdown`` hooks run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+import msgspec
+from pydantic import BaseModel
+
+from factstream.caches.lru import LruCache
+from factstream.config import Settings
+from factstream.db.database import Database, Transaction
+
+RowT = TypeVar("RowT", bound=msgspec.Struct)
+#: A writer takes rows of its type (and nothing else): contravariant in it.
+RowT_contra = TypeVar("RowT_contra", bound=msgspec.Struct, contravariant=True)
+T = TypeVar("T")
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+class Caches(Protocol):
+    """This process's named caches (``host.caches``); see docs/caches.md.
+
+    ``*_local`` methods forget entries in this process only. The others write a row on the
+    ``caches`` stream inside the caller's transaction, so every process forgets the entries once the
+    transaction commits (this one right after the commit).
+    """
+
+    def __contains__(self, name: object) -> bool: ...
+
+    def __iter__(self) -> Iterator[LruCache[Any]]: ...
+
+    def names(self) -> list[str]: ...
+
+    def lookup(self, name: str) -> LruCache[Any] | None: ...
+
+    def get(self, name: str) -> LruCache[Any]: ...
+
+    def invalidate_local(self, name: str, key: Sequence[Hashable]) -> bool: ...
+
+    def invalidate_all_local(self, name: str) -> int: ...
+
+    def invalidate_room_state_local(self, room_id: str, members_changed: Sequence[str] = ()) -> None: ...
+
+    async def invalidate(self, txn: Transaction, name: str, key: Sequence[Hashable]) -> list[int]: ...
+
+    async def invalidate_many(self, txn: Transaction, name: str, keys: Iterable[Sequence[Hashable]]) -> list[int]: ...
+
+    async def invalidate_all(self, txn: Transaction, name: str) -> list[int]: ...
+
+    async def invalidate_room_state(
+        self, txn: Transaction, room_id: str, members_changed: Sequence[str] = ()
+    ) -> list[int]: ...
+
+
+class StreamWriter(Protocol[RowT_contra]):
+    """Writes one stream's facts (``host.stream(name, RowT_contraype)``), typed by the stream's row type.
+
+    Every method takes the caller's open transaction: the facts are written, and their IDs reserved,
+    in it. They are complete when it commits (or rolls back), and only then do they count towards
+    this writer's position. Stream IDs are positive for a normal stream and negative for a backwards
+    one; the returned IDs follow the given rows' order. Only a configured writer of the stream may
+    write (``is_writer``); others get :class:`~factstream.IdGeneratorError` naming the writers.
+    """
+
+    @property
+    def name(self) -> str:
+        """The stream's name."""
+        ...
+
+    @property
+    def is_writer(self) -> bool:
+        """Whether this instance may write the stream."""
+        ...
+
+    @property
+    def writers(self) -> tuple[str, ...]:
+        """The configured writers (empty for a stream every instance writes)."""
+        ...
+
+    def current_token(self) -> int:
+        """The stream's watermark in this process: every fact at or before it is complete."""
+        ...
+
+    async def append(
+        self, txn: Transaction, row: RowT_contra, *, table: str = "", columns: Mapping[str, object] | None = None
+    ) -> int:
+        """Insert ``row`` into a backing table (default: the stream's first) and return its stream ID.
+
+        The table gets the row's fields as columns of the same names, plus ``columns`` (values for
+        the table's other columns); the ID and instance columns are filled in by the writer.
+        """
+        ...
+
+    async def append_many(
+        self,
+        txn: Transaction,
+        rows: Sequence[RowT_contra],
+        *,
+        table: str = "",
+        columns: Sequence[Mapping[str, object]] | None = None,
+    ) -> list[int]:
+        """:meth:`append` for many rows in one statement: one stream ID each, in order.
+
+        ``columns``, when given, holds one mapping per row with the same keys in each.
+        """
+        ...
+
+    async def reserve(self, txn: Transaction, rows: Sequence[RowT_contra]) -> list[int]:
+        """Stream IDs for ``rows`` the plugin stores itself (one each, in order), inside ``txn``.
+
+        For streams whose facts are not one table row each: the plugin writes its tables with the
+        returned IDs. The rows given here are what this process's pipeline sees when ``txn`` commits,
+        so they should be what the stream's update function returns for those IDs.
+        """
+        ...
+
+
+class HostApi(Protocol):
+    """A running host, as every hook, route handler and ``SyncRequest`` sees it (module docstring)."""
+
+    @property
+    def instance_name(self) -> str:
+        """This process's instance name."""
+        ...
+
+    @property
+    def main_instance(self) -> str:
+        """The instance that runs the TCP replication server and owns unconfigured streams."""
+        ...
+
+    @property
+    def settings(self) -> Settings:
+        """The host's core configuration (read-only)."""
+        ...
+
+    @property
+    def caches(self) -> Caches:
+        """This process's named caches."""
+        ...
+
+    def database(self) -> Database:
+        """The database (a pool of connections shared by the core and every plugin)."""
+        ...
+
+    def writes(self, stream: str) -> bool:
+        """Whether this instance is a writer of ``stream`` (raises ``KeyError`` for an unknown one)."""
+        ...
+
+    def stream(self, name: str, row_type: type[RowT]) -> StreamWriter[RowT]:
+        """The writer of stream ``name``, whose row type must be ``row_type`` (checked)."""
+        ...
+
+    async def wait_for_stream_position(self, instance: str, stream: str, position: int, timeout: float = 5.0) -> bool:
+        """Wait until this process has seen ``stream`` from ``instance`` up to ``position``.
+
+        True when reached (at once for this process's own writes), False after ``timeout`` seconds.
+        """
+        ...
+
+    def state(self, factory: Callable[[HostApi], T]) -> T:
+        """The object ``factory(host)`` made on the first call for this host; the same one after."""
+        ...
+
+    def spawn(self, coroutine: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]:
+        """Run ``coroutine`` as a task the host owns: cancelled (and awaited) when the host stops.
+
+        An exception other than cancellation is logged with the task's name.
+        """
+        ...
+
+    def plugin_settings(self, model: type[ModelT]) -> ModelT:
+        """The validated settings a plugin registered ``model`` for (``register_settings``)."""
+        ...
