@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from factstream.replication.handler import ReplicationHandler
 from factstream.replication.stream import RowError
 from factstream.replication.tcp import TcpConnection
+from factstream.replication import wire
 from factstream.replication.wire import decode_json
 
 
@@ -48,7 +49,8 @@ class _Stream:
         return self.positions.get(instance, 0)
 
     def advance(self, instance: str, token: int) -> None:
-        self.positions[instance] = max(self.positions.get(instance, 0), token)
+        if token > self.current_token(instance):  # a writer at 0 is not listed, as in the generator
+            self.positions[instance] = token
 
     def can_discard_position(self, instance: str, token: int) -> bool:
         return token <= self.current_token(instance)
@@ -77,16 +79,35 @@ class _Writer:
         return ("127.0.0.1", 1)
 
 
+class RecordingSink:
+    """A reader pipeline that records ``(writer, token, rows)`` for every token, as the host's would see it."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, list[Row]]] = []
+
+    def rows(self, stream: Any, instance: str, token: int, rows: list[Row]) -> None:
+        self.seen.append((instance, token, list(rows)))
+
+    def run(self, stream: Any, instance: str, tokens: list[int], rows: list[Row]) -> None:
+        self.seen.extend((instance, token, [row]) for token, row in zip(tokens, rows, strict=True))
+
+    def advanced(self, stream: Any, instance: str, token: int) -> None:
+        pass
+
+
 def recording_handler(instance: str) -> tuple[_Stream, list[tuple[str, int, list[Row]]], ReplicationHandler]:
-    """A handler for one in-memory stream ``s`` whose rows callback records ``(writer, token, rows)``."""
+    """A handler for one in-memory stream ``s`` whose pipeline records ``(writer, token, rows)``."""
     stream = _Stream()
-    seen: list[tuple[str, int, list[Row]]] = []
-    handler = ReplicationHandler(
-        instance,
-        [stream],
-        on_rows=[lambda _s, i, t, rows: seen.append((i, t, list(rows)))],  # type: ignore[list-item]
-    )
-    return stream, seen, handler
+    sink = RecordingSink()
+    handler = ReplicationHandler(instance, [stream], sink=sink)  # type: ignore[list-item]
+    return stream, sink.seen, handler
+
+
+async def follow(handler: ReplicationHandler, conn: Any, writer: str = "w0") -> None:
+    """Make ``conn`` a link that follows stream ``s``, as a first POSITION does (rows before it are dropped)."""
+    handler.on_command(conn, wire.PositionCommand("s", writer, 0, 0))
+    await handler.drained()
+    assert handler.following("s")
 
 
 async def _deliver(lines: list[bytes], runs: bool) -> tuple[list[tuple[str, int, list[Row]]], dict[str, int], bytes]:
@@ -103,7 +124,7 @@ async def _deliver(lines: list[bytes], runs: bool) -> tuple[list[tuple[str, int,
         dispatch_run=handler.on_rdata_run if runs else None,
     )
     handler.new_connection(conn)
-    handler._connected[conn].add("s")
+    await follow(handler, conn)
     for start in range(0, len(lines), 7):  # several chunks, so runs also end at chunk borders
         if not await conn._receive_lines(lines[start : start + 7]):
             break

@@ -8,7 +8,7 @@ import asyncio
 from factstream.config import load_config
 from factstream.replication.auth import ReplicationSecret
 from factstream.replication.redis import RedisLink, RedisTransport
-from tests.replication.test_rdata_runs import Row, recording_handler
+from tests.replication.test_rdata_runs import Row, follow, recording_handler
 
 
 def _message(line: str) -> list[bytes]:
@@ -21,7 +21,7 @@ async def test_own_echoes_are_dropped_and_every_other_line_is_delivered_in_order
     transport = RedisTransport(settings, handler)
     link = RedisLink(transport, 1)
     handler.new_connection(link)
-    handler._connected[link].add("s")
+    await follow(handler, link)
 
     reads = [
         # A writer's usual read: nothing but its own echoes.
@@ -63,7 +63,7 @@ async def test_with_a_secret_only_lines_under_their_signers_name_are_delivered()
     transport = RedisTransport(settings, handler)
     link = RedisLink(transport, 1)
     handler.new_connection(link)
-    handler._connected[link].add("s")
+    await follow(handler, link)
     signing = ReplicationSecret(secret["secret"], "d")
 
     def signed(signer: bytes, *lines: str) -> list[bytes]:
