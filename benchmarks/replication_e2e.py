@@ -98,7 +98,7 @@ async def cluster(
             hosts.append(host)
         for host in hosts[1:]:
             deadline = time.monotonic() + 10
-            while not any("bench_e2e" in s for s in host.handler._connected.values()):
+            while not host.handler.following("bench_e2e"):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{host.instance_name} never connected")
                 await asyncio.sleep(0.01)
@@ -178,7 +178,7 @@ def _reader_process(
         )
         await host.start()
         freeze_startup_heap()  # as `factstream run` does
-        while not any("bench_e2e" in s for s in host.handler._connected.values()):
+        while not host.handler.following("bench_e2e"):
             await asyncio.sleep(0.01)
         pipe.send("ready")
         while True:
