@@ -72,7 +72,7 @@ async def pair(url: str) -> AsyncIterator[tuple[Host, Host]]:
             hosts.append(host)
         worker = hosts[1]
         deadline = time.monotonic() + 10
-        while not any("caches" in s for s in worker.handler._connected.values()):
+        while not worker.handler.following("caches"):
             if time.monotonic() > deadline:
                 raise RuntimeError("worker1 never connected")
             await asyncio.sleep(0.01)
