@@ -127,7 +127,7 @@ async def bench_host(url: str, http_port: int | None = None, users: int = 0) -> 
 async def write(host: Host, who: str) -> float:
     """Commit one row for ``who``; returns the wall-clock time right after the commit."""
     async with host.database().transaction() as txn:
-        await host.id_generator(TABLE).append_txn(txn, TABLE, {"user_id": who, "body": "ping"})
+        await host.api.stream(TABLE, BenchRow).append(txn, BenchRow(user_id=who, body="ping"))
     return time.time()
 
 
