@@ -141,8 +141,8 @@ class TableStreamWriter(StreamWriter[RowT]):
         self, txn: Transaction, row: RowT, *, table: str = "", columns: Mapping[str, object] | None = None
     ) -> int:
         values = self._values(row, columns)
-        ids = await self._gen.append_many_txn(txn, table or self._first_table, [values])
-        self._on_complete(txn, ids, [row])
+        ids = self._on_complete(txn, [row])
+        ids += await self._gen.append_many_txn(txn, table or self._first_table, [values])
         return ids[0]
 
     async def append_many(
@@ -158,16 +158,16 @@ class TableStreamWriter(StreamWriter[RowT]):
         if columns is not None and len(columns) != len(rows):
             raise IdGeneratorError(f"stream {self.name!r}: {len(rows)} rows but {len(columns)} column mappings")
         values = [self._values(row, None if columns is None else columns[i]) for i, row in enumerate(rows)]
-        ids = await self._gen.append_many_txn(txn, table or self._first_table, values)
-        self._on_complete(txn, ids, list(rows))
-        return ids
+        ids = self._on_complete(txn, list(rows))
+        ids += await self._gen.append_many_txn(txn, table or self._first_table, values)
+        return list(ids)
 
     async def reserve(self, txn: Transaction, rows: Sequence[RowT]) -> list[int]:
         if not rows:
             return []
-        ids = await self._gen.get_next_mult_txn(txn, len(rows))
-        self._on_complete(txn, ids, list(rows))
-        return ids
+        ids = self._on_complete(txn, list(rows))
+        ids += await self._gen.get_next_mult_txn(txn, len(rows))
+        return list(ids)
 
     def _values(self, row: RowT, columns: Mapping[str, object] | None) -> dict[str, object]:
         if type(row) is not self._stream.spec.row_type:
@@ -180,11 +180,23 @@ class TableStreamWriter(StreamWriter[RowT]):
             values.update(columns)
         return values
 
-    def _on_complete(self, txn: Transaction, ids: list[int], rows: list[Any]) -> None:
+    def _on_complete(self, txn: Transaction, rows: list[Any]) -> list[int]:
+        """Hand ``rows`` to the pipeline when ``txn`` ends; returns the list their IDs go into.
+
+        Registered *before* the IDs are reserved, so it runs before the ID generator's own completion
+        (which moves the position and notifies): the rows are pending by the time the position passes
+        them, and none can be delivered ahead of an earlier one.
+        """
+        ids: list[int] = []
         factor = self._stream.factor
-        tokens = [i * factor for i in ids]
         sink, name = self._sink, self.name
-        txn.on_complete(lambda committed: sink.completed(name, tokens, rows, committed))
+
+        def completed(committed: bool) -> None:
+            if ids:
+                sink.completed(name, [i * factor for i in ids], rows, committed)
+
+        txn.on_complete(completed)
+        return ids
 
 
 class HostFacade(HostApi):

@@ -1,0 +1,122 @@
+"""The reader pipeline's order, seen by a plugin: invalidate caches, then on_rows, then advance, then wake.
+
+And a writer's own rows take the same pipeline, from memory: ``on_rows`` with ``local=True``, in
+token order, once each, with the stream's invalidations already applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+
+import pytest
+
+from tests.replication.test_replication import until
+
+PROBE = """
+    import factstream
+    from factstream import CacheSpec, InvalidationSpec
+
+    #: (host, writer, token, authors, local, what the cache held for each author inside on_rows)
+    seen = []
+
+    @factstream.hookimpl
+    def register_caches(register):
+        register(CacheSpec(name="note_authors", max_size=1000))
+
+    @factstream.hookimpl
+    def register_invalidations(register):
+        register(InvalidationSpec(stream="notes", cache="note_authors", keys=lambda row: [(row.author,)]))
+
+    @factstream.hookimpl
+    def on_rows(host, stream, instance, token, rows, local):
+        if stream == "notes":
+            cache = host.caches.get("note_authors")
+            held = [cache.get((r.author,), "absent") for r in rows]
+            seen.append((host.instance_name, instance, token, [r.author for r in rows], local, held))
+"""
+
+
+@pytest.fixture
+def probe(plugin_installer):
+    plugin_installer.from_source("pipeline_probe", PROBE)
+    return importlib.import_module("factstream_pipeline_probe")
+
+
+def _stale(host, authors):
+    """Put a stale entry for every author in the host's cache, as a read before the write would."""
+    cache = host.caches.get("note_authors")
+    for author in authors:
+        cache.set((author,), "stale")
+
+
+async def _write(host, authors, *, per_txn=1):
+    notes = importlib.import_module("factstream_notes")
+    writer = host.api.stream("notes", notes.NoteRow)
+    ids = []
+    for start in range(0, len(authors), per_txn):
+        async with host.database().transaction() as txn:
+            chunk = authors[start : start + per_txn]
+            rows = [notes.NoteRow(a) for a in chunk]
+            ids += await writer.append_many(txn, rows, columns=[{"body": f"by {a}"} for a in chunk])
+    return ids
+
+
+async def test_a_plugin_in_on_rows_and_a_waiter_after_the_advance_both_see_the_invalidation(probe, make_hosts):
+    main = await make_hosts("main")
+    worker = await make_hosts("worker1")
+    await until(lambda: worker.handler.following("notes"))
+    authors = [f"@a{i}:hs" for i in range(40)]
+    _stale(worker, authors)
+
+    ids = await _write(main, authors, per_txn=3)
+    assert await worker.wait_for_stream_position("main", "notes", ids[-1], timeout=10)
+    # The waiter woke after the advance: every entry is gone, none came back.
+    cache = worker.caches.get("note_authors")
+    assert [cache.get((a,), "absent") for a in authors] == ["absent"] * len(authors)
+
+    replicated = [s for s in probe.seen if s[0] == "worker1"]
+    assert [a for s in replicated for a in s[3]] == authors
+    assert {s[4] for s in replicated} == {False}
+    # Inside on_rows the rows' entries were already invalidated.
+    assert {h for s in replicated for h in s[5]} == {"absent"}
+    tokens = [s[2] for s in replicated]
+    assert tokens == sorted(tokens) and set(tokens) == set(ids)
+
+
+async def test_a_writers_own_rows_reach_on_rows_locally_in_order_once(probe, make_hosts):
+    main = await make_hosts("main")
+    authors = [f"@w{i}:hs" for i in range(30)]
+    _stale(main, authors)
+
+    # Concurrent transactions: commits finish out of order, on_rows must not see them so.
+    chunks = [authors[i : i + 3] for i in range(0, len(authors), 3)]
+    results = await asyncio.gather(*(_write(main, chunk, per_txn=3) for chunk in chunks))
+    ids = sorted(i for r in results for i in r)
+    # The invalidations ran at commit: the writer's next read is fresh.
+    cache = main.caches.get("note_authors")
+    assert [cache.get((a,), "absent") for a in authors] == ["absent"] * len(authors)
+
+    await until(lambda: sum(len(s[3]) for s in probe.seen) == len(authors))
+    await asyncio.sleep(0.2)  # nothing more arrives: once each
+    local = [s for s in probe.seen if s[0] == "main"]
+    assert {s[4] for s in local} == {True}
+    assert {s[1] for s in local} == {"main"}
+    tokens = [s[2] for s in local]
+    assert tokens == ids  # in token order, each once
+    assert sorted(a for s in local for a in s[3]) == sorted(authors)
+    assert {h for s in local for h in s[5]} == {"absent"}
+
+
+async def test_rows_of_a_rolled_back_transaction_never_reach_on_rows(probe, make_hosts):
+    main = await make_hosts("main")
+    notes = importlib.import_module("factstream_notes")
+    writer = main.api.stream("notes", notes.NoteRow)
+    with pytest.raises(RuntimeError):
+        async with main.database().transaction() as txn:
+            await writer.append(txn, notes.NoteRow("@gone:hs"), columns={"body": "never"})
+            raise RuntimeError("roll back")
+    ids = await _write(main, ["@kept:hs"])
+    await until(lambda: any(s[0] == "main" for s in probe.seen))
+    await asyncio.sleep(0.2)
+    assert [(s[2], s[3]) for s in probe.seen if s[0] == "main"] == [(ids[0], ["@kept:hs"])]
