@@ -33,18 +33,18 @@ against the sequence first (:meth:`ReplicationHandler.check_position`).
 from __future__ import annotations
 
 import asyncio
-import bisect
 import collections
 import contextlib
 import itertools
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, cast
 
 from factstream.replication import wire
+from factstream.replication.senders import Connection, Senders
 from factstream.replication.stream import ReplicatedStream, RowError
+from factstream.replication.waiters import PositionWaiters
 from factstream.replication.wire import ProtocolError, RdataRun
 
 log = logging.getLogger(__name__)
@@ -88,22 +88,6 @@ class NoSink:
         return None
 
 
-#: Seconds between two log lines about refused commands of one kind from one sender.
-REFUSAL_LOG_SECONDS = 60.0
-
-
-class Connection(Protocol):
-    """What the handler needs of a transport connection."""
-
-    name: str
-    #: The one instance this link's peer speaks for (``None``: not known yet, or see ``relays``).
-    peer: str | None
-    #: Whether the link carries several instances' commands (Redis, the hub seen from a client).
-    relays: bool
-
-    def send(self, command: wire.Command) -> None: ...
-
-
 class _StreamQueue:
     """One stream's inbound commands, drained by that stream's task."""
 
@@ -136,8 +120,7 @@ class ReplicationHandler:
         self._queues: dict[str, _StreamQueue] = {}
         self._backlog = 0
         self._workers: dict[str, asyncio.Task[None]] = {}
-        self._waiters: dict[tuple[str, str], list[tuple[int, int, asyncio.Future[None]]]] = defaultdict(list)
-        self._order = itertools.count()
+        self.waiters = PositionWaiters()
         self.on_replicate: Callable[[Connection], None] | None = None
         self.rows_processed = 0
         #: Above this many queued commands, transports stop reading until processing catches up:
@@ -145,9 +128,7 @@ class ReplicationHandler:
         self.max_backlog = max_backlog
         self._capacity = asyncio.Event()
         self._capacity.set()
-        self._refusals_logged: dict[tuple[str, str, str], float] = {}
-        #: Commands refused because of who sent them or what they claimed, since start.
-        self.refused = 0
+        self.senders = Senders(instance_name, self.streams)
 
     # -- connections -------------------------------------------------------------------------------
 
@@ -181,7 +162,7 @@ class ReplicationHandler:
             stream = self.streams.get(cmd.stream_name)
             if stream is None:
                 raise ProtocolError(f"unknown stream {cmd.stream_name!r}")
-            if not self._accept_sender(conn, stream, cmd.instance_name, cmd.NAME):
+            if not self.senders.accept(conn, stream, cmd.instance_name, cmd.NAME):
                 return
             if (
                 isinstance(cmd, wire.PositionCommand)
@@ -198,77 +179,23 @@ class ReplicationHandler:
         stream = self.streams.get(run.stream_name)
         if stream is None:
             raise ProtocolError(f"unknown stream {run.stream_name!r}")
-        if self._accept_sender(conn, stream, run.instance_name, "RDATA"):
+        if self.senders.accept(conn, stream, run.instance_name, "RDATA"):
             self._enqueue(conn, run, len(run.tokens))
 
     # -- who may say what --------------------------------------------------------------------------
 
-    def refusal(self, conn: Connection, stream: ReplicatedStream, instance: str) -> str | None:
-        """Why ``conn`` may not send ``stream``'s RDATA or POSITION under ``instance``'s name, or None."""
-        if instance == self.instance_name:
-            return f"{instance} is this process's own instance name"
-        if not conn.relays and instance != conn.peer:
-            if conn.peer is None:
-                return f"a peer must send NAME before it speaks for {instance}"
-            return f"peer {conn.peer} cannot speak for {instance}"
-        if not stream.may_write(instance):
-            return f"instance {instance} is not configured to write stream {stream.name} (stream_writers)"
-        return None
-
-    def _accept_sender(self, conn: Connection, stream: ReplicatedStream, instance: str, what: str) -> bool:
-        """True to accept; False to drop silently (a relaying link); raises ProtocolError otherwise."""
-        reason = self.refusal(conn, stream, instance)
-        if reason is None:
-            return True
-        if conn.relays and instance == self.instance_name:
-            return False  # our own echo (Redis delivers our publications back to us)
-        self.refused += 1
-        if not conn.relays:
-            raise ProtocolError(f"{what} {stream.name} {instance}: {reason}")
-        self._log_refusal(
-            conn, stream.name, instance, f"dropping {what} {stream.name} {instance} from {conn.name}: {reason}"
-        )
-        return False
-
-    def _log_refusal(self, conn: Connection, stream: str, instance: str, message: str) -> None:
-        """Log a dropped command, at most once a minute per (link, stream, sender): a flood stays one line."""
-        key = (conn.name, stream, instance)
-        now = time.monotonic()
-        if now - self._refusals_logged.get(key, -REFUSAL_LOG_SECONDS) >= REFUSAL_LOG_SECONDS:
-            self._refusals_logged[key] = now
-            log.warning("%s", message)
+    @property
+    def refused(self) -> int:
+        """Commands refused because of who sent them or what they claimed, since start."""
+        return self.senders.refused
 
     def position_known(self, conn: Connection, cmd: wire.PositionCommand) -> bool:
-        """Whether ``cmd`` needs no :meth:`check_position`: its token is at most what this process
-        knows the stream's sequence to have handed out (or the stream is unknown: refused anyway)."""
-        stream = self.streams.get(cmd.stream_name)
-        return stream is None or stream.position_allowed(cmd.new_token)
+        """See :meth:`Senders.position_known` (transports call this before dispatching a POSITION)."""
+        return self.senders.position_known(conn, cmd)
 
     async def check_position(self, conn: Connection, cmd: wire.PositionCommand) -> str | None:
-        """Why ``cmd`` must be refused, or None: the sender must be allowed to send it, and its token
-        cannot be beyond the highest ID the stream's sequence has handed out (read again if needed).
-
-        A writer's position is always an ID it was handed: a POSITION beyond the sequence is forged
-        or corrupt, and accepting it would move the watermark past IDs not yet allocated (readers
-        would skip them, and this process could hand them out twice).
-        """
-        stream = self.streams.get(cmd.stream_name)
-        if stream is None:
-            return None
-        reason = self.refusal(conn, stream, cmd.instance_name)
-        if reason is not None:
-            self.refused += 1
-            return f"POSITION {cmd.stream_name} {cmd.instance_name}: {reason}"
-        if stream.position_allowed(cmd.new_token):
-            return None
-        bound = await stream.refresh_allocated()
-        if stream.position_allowed(cmd.new_token):
-            return None
-        self.refused += 1
-        return (
-            f"POSITION {cmd.stream_name} {cmd.instance_name} {cmd.new_token}: beyond the highest ID "
-            f"the stream's sequence has handed out ({bound})"
-        )
+        """See :meth:`Senders.check_position`."""
+        return await self.senders.check_position(conn, cmd)
 
     def _enqueue(self, conn: Connection, cmd: wire.Command | RdataRun, weight: int = 1) -> None:
         name = cmd.stream_name  # type: ignore[union-attr]
@@ -436,7 +363,9 @@ class ReplicationHandler:
             # TCP checks before dispatching; Redis cannot wait in its read callback, so here.
             reason = await self.check_position(conn, cmd)
             if reason is not None:
-                self._log_refusal(conn, cmd.stream_name, cmd.instance_name, f"dropping {reason} (from {conn.name})")
+                self.senders.log_refusal(
+                    conn, cmd.stream_name, cmd.instance_name, f"dropping {reason} (from {conn.name})"
+                )
                 return
         for streams in self._connected.values():
             streams.discard(cmd.stream_name)
@@ -485,14 +414,7 @@ class ReplicationHandler:
     # -- waiting -----------------------------------------------------------------------------------
 
     def _wake(self, stream: str, instance: str, token: int) -> None:
-        waiters = self._waiters.get((stream, instance))
-        if not waiters:
-            return
-        index = bisect.bisect_right(waiters, (token, float("inf")))
-        for _, _, future in waiters[:index]:
-            if not future.done():
-                future.set_result(None)
-        del waiters[:index]
+        self.waiters.wake(stream, instance, token)
 
     async def wait_for_stream_position(self, instance: str, stream: str, position: int, timeout: float = 5.0) -> bool:
         """Wait until this process has processed ``stream`` from ``instance`` up to ``position``.
@@ -507,15 +429,7 @@ class ReplicationHandler:
             raise KeyError(f"unknown stream {stream!r}")
         if s.current_token(instance) >= position:
             return True
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        bisect.insort(self._waiters[(stream, instance)], (position, next(self._order), future))
-        try:
-            async with asyncio.timeout(timeout):
-                await asyncio.shield(future)
-            return True
-        except TimeoutError:
-            log.warning("timed out after %.1fs waiting for %s from %s to reach %d", timeout, stream, instance, position)
-            return False
+        return await self.waiters.wait(stream, instance, position, timeout)
 
     async def close(self) -> None:
         for task in self._workers.values():
