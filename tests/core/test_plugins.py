@@ -289,12 +289,8 @@ ROWS_LOG = """
 """
 
 
-class _Stream:
-    name = "notes"
-
-
-async def _deliver(callback, token: int) -> None:
-    result = callback(_Stream(), "main", token, [f"row{token}"])
+async def _deliver(hook, token: int, local: bool = False) -> None:
+    result = hook.deliver("notes", "main", token, [f"row{token}"], local)
     if result is not None:
         await result
 
@@ -316,11 +312,11 @@ async def test_rows_reach_every_plugin_in_hook_order_and_a_raising_one_is_logged
     _install_rows_log(plugin_installer, "alpha", kind, failing_token=2)
     _install_rows_log(plugin_installer, "beta", kind, failing_token=None)
     host = load_plugins()
-    callback = host.rows_callback(object())
+    hook = host.rows_hook(object())
 
     with caplog.at_level(logging.ERROR, logger="factstream.plugin.manager"):
         for token in (1, 2, 3):
-            await _deliver(callback, token)
+            await _deliver(hook, token)
 
     import factstream_alpha
     import factstream_beta
@@ -355,10 +351,10 @@ async def test_an_async_hook_finishes_before_the_next_plugin_sees_the_rows(plugi
     plugin_installer.from_source("slow", order)
     plugin_installer.from_source("quick", quick)
     host = load_plugins()
-    callback = host.rows_callback(object())
+    hook = host.rows_hook(object())
 
     for token in (1, 2):
-        await _deliver(callback, token)
+        await _deliver(hook, token)
 
     import factstream_order_log
 
@@ -378,10 +374,10 @@ async def test_a_single_plugin_is_called_directly_and_still_named_when_it_fails(
 ):
     plugin_installer.from_source("alpha", ROWS_LOG.format(name="alpha", body="raise KeyError('x')"))
     host = load_plugins()
-    callback = host.rows_callback(object())
+    hook = host.rows_hook(object())
 
     with caplog.at_level(logging.ERROR, logger="factstream.plugin.manager"):
-        assert callback(_Stream(), "main", 7, ["r"]) is None
+        assert hook.deliver("notes", "main", 7, ["r"], False) is None
 
     import factstream_alpha
 
@@ -393,13 +389,13 @@ async def test_a_single_plugin_is_called_directly_and_still_named_when_it_fails(
 async def test_a_run_of_tokens_reaches_a_single_plugin_in_order_one_token_at_a_time(
     plugin_installer: PluginInstaller, caplog, kind
 ):
-    """The handler hands a lone plugin a whole run (``callback.many``): the same calls as token by token."""
+    """The pipeline hands a lone plugin a whole run (``RowsHook.run``): the same calls as token by token."""
     _install_rows_log(plugin_installer, "alpha", kind, failing_token=12)
     host = load_plugins()
-    callback = host.rows_callback(object())
+    hook = host.rows_hook(object())
 
     with caplog.at_level(logging.ERROR, logger="factstream.plugin.manager"):
-        waiting = callback.many(_Stream(), "main", [10, 11, 12, 13], ["a", "b", "c", "d"])
+        waiting = hook.run("notes", "main", [10, 11, 12, 13], ["a", "b", "c", "d"], False)
         if kind == "sync":
             assert waiting is None  # synchronous hooks: no coroutine at all
         else:
@@ -412,3 +408,37 @@ async def test_a_run_of_tokens_reaches_a_single_plugin_in_order_one_token_at_a_t
     ]
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert errors == ["plugin 'alpha' failed in hook on_rows: RuntimeError: bad row"]
+
+
+async def test_local_reaches_implementations_that_take_it_and_not_the_others(plugin_installer: PluginInstaller):
+    both = """
+        import factstream
+
+        seen = []
+
+        @factstream.hookimpl
+        def on_rows(host, stream, instance, token, rows, local):
+            seen.append(("full", token, local))
+    """
+    subset = """
+        import factstream
+        from factstream_both import seen
+
+        @factstream.hookimpl
+        def on_rows(token, local):
+            seen.append(("subset", token, local))
+    """
+    plugin_installer.from_source("both", both)
+    plugin_installer.from_source("subset", subset)
+    hook = load_plugins().rows_hook(object())
+
+    await _deliver(hook, 1, local=True)
+    await _deliver(hook, 2, local=False)
+    waiting = hook.run("notes", "main", [3, 4], ["c", "d"], True)
+    assert waiting is None
+
+    import factstream_both
+
+    assert sorted(factstream_both.seen) == sorted(
+        [(kind, token, token in (1, 3, 4)) for kind in ("full", "subset") for token in (1, 2, 3, 4)]
+    )
