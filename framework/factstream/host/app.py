@@ -118,7 +118,7 @@ class Host:
                 f"stream_writers names unknown stream(s) {', '.join(map(repr, unknown))} "
                 f"(registered: {', '.join(registry.streams.names()) or 'none'})"
             )
-        plugin_settings = load_plugin_settings(settings, registry)
+        plugin_settings = load_plugin_settings(settings, registry, self.plugins.plugins)
         url = await asyncio.to_thread(database_url, settings)
         await asyncio.to_thread(check_database, url, settings.database.connect_timeout)
         await asyncio.to_thread(self._check_migrated, url)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -65,7 +65,9 @@ class NoLocalSink:
         return None
 
 
-def load_plugin_settings(settings: Settings, registry: Registry) -> dict[type[BaseModel], BaseModel]:
+def load_plugin_settings(
+    settings: Settings, registry: Registry, loaded: Iterable[str]
+) -> dict[type[BaseModel], BaseModel]:
     """Validate every plugin's ``plugins.<name>`` section against the model it registered.
 
     Raises :class:`ConfigError` naming the plugin and the key for a bad value, a section for a loaded
@@ -80,7 +82,8 @@ def load_plugin_settings(settings: Settings, registry: Registry) -> dict[type[Ba
             out[reg.spec.model] = reg.spec.model.model_validate(raw)
         except ValidationError as exc:
             raise ConfigError(_describe(reg.plugin, exc)) from None
-    takes_none = sorted(name for name in sections if name in _plugin_names(registry))
+    names = set(loaded)
+    takes_none = sorted(name for name in sections if name in names)
     if takes_none:
         raise ConfigError(
             "; ".join(f"plugins.{name}: plugin {name!r} takes no settings (it registers none)" for name in takes_none)
@@ -88,15 +91,6 @@ def load_plugin_settings(settings: Settings, registry: Registry) -> dict[type[Ba
     for name in sorted(sections):
         log.warning("configuration section plugins.%s names no loaded plugin; ignored", name)
     return out
-
-
-def _plugin_names(registry: Registry) -> set[str]:
-    names: set[str] = set()
-    for table in (registry.streams, registry.caches, registry.export_jobs, registry.routes, registry.commands):
-        names.update(r.plugin for r in table)
-    names.update(r.plugin for r in registry.invalidations)
-    names.update(r.plugin for r in registry.migrations)
-    return names
 
 
 def _describe(plugin: str, exc: ValidationError) -> str:
