@@ -313,3 +313,54 @@ def test_the_cycle_check_catches_cycles(tmp_path):
         "pkg.a (line 2) -> pkg.b (line 2) -> pkg.a",
         "pkg.low (line 3) -> pkg.sub.high (line 1) -> pkg.low",
     ]
+
+
+# -- every hook has a test -------------------------------------------------------------------------
+
+#: For every hook, a test that exercises it: ``(test file, test function)``. The test must exist and
+#: name the hook in its own source or in its module (the plugin source it installs).
+HOOK_TESTS = {
+    "register_streams": ("tests/core/test_plugins.py", "test_two_streams_claiming_one_sync_key_are_rejected"),
+    "register_caches": (
+        "tests/replication/test_pipeline.py",
+        "test_a_writers_own_rows_reach_on_rows_locally_in_order_once",
+    ),
+    "register_invalidations": (
+        "tests/replication/test_pipeline.py",
+        "test_a_plugin_in_on_rows_and_a_waiter_after_the_advance_both_see_the_invalidation",
+    ),
+    "register_migrations": (
+        "tests/core/test_migrate.py",
+        "test_first_revision_of_a_new_plugin_starts_its_branch_on_the_core",
+    ),
+    "register_export_jobs": ("tests/export/test_cli.py", "test_export_all_runs_every_job_and_prints_a_summary"),
+    "register_routes": (
+        "tests/host/test_http_api.py",
+        "test_a_plugin_route_shadowing_a_core_route_fails_the_start_naming_both",
+    ),
+    "register_commands": ("tests/core/test_cli.py", "test_plugins_add_commands_to_the_cli"),
+    "register_settings": (
+        "tests/core/test_plugin_settings.py",
+        "test_values_come_from_the_file_and_the_environment_overrides_them",
+    ),
+    "startup": ("tests/core/test_plugins.py", "test_startup_failure_names_the_plugin_and_shutdown_runs_all"),
+    "on_rows": ("tests/replication/test_pipeline.py", "test_a_writers_own_rows_reach_on_rows_locally_in_order_once"),
+    "shutdown": ("tests/core/test_plugins.py", "test_startup_failure_names_the_plugin_and_shutdown_runs_all"),
+}
+
+
+def test_every_hook_has_a_test():
+    assert sorted(HOOK_TESTS) == sorted(HOOKS), "add the new hook's test to HOOK_TESTS"
+
+
+@pytest.mark.parametrize("hook", sorted(HOOK_TESTS))
+def test_the_test_of_each_hook_exists_and_uses_it(hook):
+    path, name = HOOK_TESTS[hook]
+    module = (ROOT / path).read_text()
+    tests = {
+        node.name: ast.get_source_segment(module, node) or ""
+        for node in ast.walk(ast.parse(module))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")
+    }
+    assert name in tests, f"{path} has no test {name}"
+    assert hook in tests[name] or hook in module, f"{path}::{name} does not use hook {hook}"
