@@ -7,6 +7,11 @@ is complete (see :mod:`factstream.idgen.positions` for the rules and why they ar
 Lifecycle: construct, ``await start()`` (reads the durable state, repairs the sequence if it is
 behind, claims this writer's lease), use, ``await close()`` (persists the final position, releases
 the lease). Not thread-safe: use it from one event loop.
+
+This module holds the lifecycle, reserving and appending (with the completions they report) and
+reading positions. Reading the durable state and repairing the sequence, at start-up and when a
+reservation is handed a re-issued ID, are :class:`~factstream.idgen.durable.DurableStateMixin`'s;
+the row capture contract is :class:`~factstream.idgen.capture.RowCapture`.
 """
 
 from __future__ import annotations
@@ -14,23 +19,18 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from factstream.db.database import Connection, Database, Transaction
-from factstream.errors import FactstreamError
+from factstream.db.database import Database, Transaction
 from factstream.idgen import metrics
 from factstream.idgen.append import append_sql, column_types
+from factstream.idgen.capture import RowCapture
+from factstream.idgen.durable import DEFAULT_REPAIR_MARGIN, DurableStateMixin
+from factstream.idgen.errors import IdGeneratorError
 from factstream.idgen.leases import LeaseHeldError, WriterLeases
 from factstream.idgen.persist import PositionPersister, upsert_position_sql
 from factstream.idgen.positions import PositionTracker
-from factstream.idgen.recovery import (
-    DurableState,
-    SequenceRepair,
-    counted_writers,
-    initial_tracker,
-    plan_reissue_repair,
-    plan_sequence_repair,
-)
+from factstream.idgen.recovery import initial_tracker, plan_sequence_repair
 from factstream.idgen.sequence import PostgresSequence
 from factstream.plugin.specs import check_name
 from factstream.plugin.streams import StreamTable
@@ -39,41 +39,12 @@ if TYPE_CHECKING:
     from factstream.config import Settings
     from factstream.plugin.streams import StreamSpec
 
+__all__ = ["IdGeneratorError", "MultiWriterIdGenerator", "RowCapture"]
+
 log = logging.getLogger(__name__)
 
-#: How far past the highest known ID a repaired sequence jumps (see ``plan_sequence_repair``).
-DEFAULT_REPAIR_MARGIN = 10_000
 
-#: How many times one reservation repairs a sequence that re-issues IDs before it gives up.
-REISSUE_ATTEMPTS = 3
-
-
-class IdGeneratorError(FactstreamError):
-    """Misuse of a stream's ID generator (reserving on a non-writer, using it before start())."""
-
-
-class RowCapture(Protocol):
-    """Receives the rows this process commits, so that replication need not read them back.
-
-    :meth:`MultiWriterIdGenerator.append_many_txn` asks :meth:`fields_for` which columns to return
-    with each new row (``INSERT ... RETURNING``: the values as stored, after defaults and
-    triggers) and hands them over once the transaction has committed, before the IDs complete.
-    Every other completed ID (reserved with ``get_next*``, appended when nothing was captured, rolled
-    back, or of a COMMIT with an unknown outcome) is reported through :meth:`uncaptured`, so the
-    capture always knows which IDs it may lack.
-    """
-
-    def fields_for(self, table: str) -> tuple[str, ...] | None:
-        """Columns to return with the stream ID of rows appended to ``table`` (``None``: capture nothing)."""
-
-    def captured(self, rows: list[tuple[Any, ...]]) -> None:
-        """``(stored stream ID, *field values)`` of committed appended rows."""
-
-    def uncaptured(self, ids: list[int]) -> None:
-        """IDs (positive, as the tracker counts them) that may have rows which were not captured."""
-
-
-class MultiWriterIdGenerator:
+class MultiWriterIdGenerator(DurableStateMixin):
     """Stream IDs for one stream with any number of writers (see the module docstring).
 
     ``writers`` lists the instances allowed to write; an empty list means anyone may write. Every
@@ -202,110 +173,6 @@ class MultiWriterIdGenerator:
         if self._persister is not None:
             await self._persister.close()
         metrics.untrack(self)
-
-    async def _read_state(self, conn: Connection, *, with_rows: bool) -> DurableState:
-        """Read the durable state, the sequence first (see ``initial_tracker`` for why)."""
-        f = self.factor
-        sequence_last = max(await self.sequence.last_allocated(conn), 0)
-        stored = await self._stored_positions(conn)
-
-        alive: set[str] | None = None
-        others = [w for w in stored if w not in self.writers and w != self.instance_name]
-        self._dead = []
-        if self.leases is not None:
-            configured = [w for w in self.writers if w != self.instance_name]
-            alive = await self.leases.alive(self.positions_key, others + configured) | {self.instance_name}
-            self._dead = [w for w in configured if w not in alive]
-            dead = [w for w in others if w not in alive]
-            if dead and with_rows:
-                await conn.execute(
-                    "DELETE FROM stream_positions WHERE stream_name = %(s)s AND instance_name = ANY(%(w)s)",
-                    {"s": self.positions_key, "w": dead},
-                )
-                stored = {w: p for w, p in stored.items() if w not in dead}
-        self._counted = counted_writers(self.writers, stored, alive)
-        floor = min((stored[w] for w in self._counted if w in stored), default=None)
-
-        table_max = 0
-        rows: list[tuple[int, str]] = []
-        for t in self.tables:
-            table_max = max(table_max, await self._table_max(conn, t))
-            if with_rows and floor is not None:
-                cmp = ">" if self.positive else "<"
-                cur = await conn.execute(
-                    f"SELECT {t.id_column}, {t.instance_column} FROM {t.table} WHERE {t.id_column} {cmp} %(v)s",
-                    {"v": floor * f},
-                )
-                rows += [(int(r[0]) * f, str(r[1])) for r in await cur.fetchall()]
-        return DurableState(sequence_last=sequence_last, table_max=table_max, stored_positions=stored, rows_above=rows)
-
-    async def _stored_positions(self, conn: Connection) -> dict[str, int]:
-        cur = await conn.execute(
-            "SELECT instance_name, stream_id FROM stream_positions WHERE stream_name = %(s)s", {"s": self.positions_key}
-        )
-        return {str(r[0]): int(r[1]) * self.factor for r in await cur.fetchall()}
-
-    async def _table_max(self, conn: Connection, table: StreamTable) -> int:
-        agg = "MAX" if self.positive else "-MIN"
-        cur = await conn.execute(f"SELECT COALESCE({agg}({table.id_column}), 0) FROM {table.table}")
-        row = await cur.fetchone()
-        return int(row[0]) if row else 0
-
-    # -- repairing the sequence --------------------------------------------------------------------
-
-    async def _repair(self, conn: Connection, repair: SequenceRepair) -> None:
-        log.warning(
-            "stream %s: sequence %s is behind IDs already used (%s); moving it from %d to %d",
-            self.stream_name,
-            self.sequence.name,
-            repair.reason,
-            repair.old_last,
-            repair.new_last,
-        )
-        await self.sequence.set_last(conn, repair.new_last)
-        metrics.SEQUENCE_REPAIRS.labels(stream=self.stream_name).inc()
-
-    async def _repair_reissued(self, conn: Connection, seen: int, reissued: int | None, attempt: int) -> None:
-        """The sequence handed this running process an ID at or below ``seen``, the highest ID it
-        had seen allocated when it asked: the sequence went back (a failover), and the ID may
-        already be committed. Move the sequence past every ID known (:func:`plan_reissue_repair`),
-        or give up after :data:`REISSUE_ATTEMPTS` repairs. The refused IDs are never used.
-
-        ``conn`` may be inside the caller's transaction: ``setval`` is not transactional, so the
-        repair stands even if that transaction rolls back.
-        """
-        if attempt >= REISSUE_ATTEMPTS:
-            raise IdGeneratorError(
-                f"stream {self.stream_name!r}: sequence {self.sequence.name!r} still hands out IDs at or below "
-                f"{seen}, which this process has already seen allocated, after {attempt} repairs; is something "
-                "setting it back? (Or, for an append, a BEFORE INSERT trigger dropped every row: not supported.)"
-            )
-        sequence_last = max(await self.sequence.last_allocated(conn), 0)
-        table_max = max([await self._table_max(conn, t) for t in self.tables])
-        state = DurableState(sequence_last, table_max, await self._stored_positions(conn))
-        seen = max(seen, self.tracker.max_seen)
-        await self._repair(conn, plan_reissue_repair(state, self.repair_margin, seen=seen, reissued=reissued))
-        metrics.SEQUENCE_REISSUES.labels(stream=self.stream_name).inc()
-
-    async def _next_ids(self, conn: Connection, n: int, seen: int) -> list[int]:
-        """``n`` IDs from the sequence, all above ``seen`` (from ``begin_fetch``).
-
-        Refused IDs were only reserved, never written, so repairing and asking again is invisible
-        to the caller (but for the gap they leave).
-        """
-        ids = await self.sequence.next_ids(conn, n)
-        attempt = 0
-        while ids and ids[0] <= seen:  # ascending: the first is the lowest
-            await self._repair_reissued(conn, seen, ids[0], attempt)
-            attempt += 1
-            ids = await self.sequence.next_ids(conn, n)
-        return ids
-
-    @property
-    def tracker(self) -> PositionTracker:
-        if self._tracker is None:
-            raise IdGeneratorError(f"the ID generator of stream {self.stream_name!r} was used before start()")
-        return self._tracker
 
     # -- reserving ---------------------------------------------------------------------------------
 
