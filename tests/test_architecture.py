@@ -158,7 +158,7 @@ def test_the_wire_codec_imports_nothing_of_replication_outside_itself():
         assert outside == set(), f"{path.relative_to(CORE)} imports {sorted(outside)}"
 
 
-@pytest.mark.parametrize("transport", ["tcp.py", "redis.py"])
+@pytest.mark.parametrize("transport", ["tcp.py", "tcp_connection.py", "redis.py", "redis_subscribe.py"])
 def test_transports_import_the_codec_not_the_reader(transport):
     assert f"{PUBLIC}.replication.handler" not in core_imports(REPLICATION / transport)
 
