@@ -14,8 +14,36 @@ Fixtures:
 ``factstream_server_url``  session: URL of the server tests create databases on.
 ``fresh_database``         a new empty database (URL); dropped after the test.
 ``migrated_database``      a fresh database with every loaded plugin's migrations applied (URL).
+``redis_url``              session: a Redis URL (skips the test when Redis does not answer; fails it instead
+                           with ``FACTSTREAM_REQUIRE_SERVICES=1``).
 ``plugin_installer``       installs plugins from a project directory or from source text.
 ``plugin_host``            a :class:`~factstream.plugin.manager.PluginHost` for the installed plugins.
+``host_cluster``           a :class:`~factstream.testing.hosts.HostCluster`: named in-process hosts on one
+                           database (``fresh_database``, migrated at the first start with the plugins
+                           installed by then), over TCP or Redis; all stopped after the test, last first.
+``process_cluster``        a :class:`~factstream.testing.processes.ProcessCluster`: real ``factstream run``
+                           processes on ``fresh_database``, seeing the test's plugins; stopped after the test.
+``redis_server``           a :class:`~factstream.testing.processes.RedisServer`: a ``redis-server`` of this
+                           test's own, which it may stop and restart (skipped without the binary).
+
+``host_cluster`` in short::
+
+    async def test_a_worker_gets_the_notes(plugin_installer, host_cluster):
+        plugin_installer.from_project(NOTES)
+        host_cluster.configure(stream_writers={"notes": ["main"]})  # defaults of every host
+        main = await host_cluster("main")
+        worker = await host_cluster("worker1", replication={"secret": "s3cret"})  # per-host overrides
+        await host_cluster.following(worker, "notes")
+        ...
+
+``host_cluster.configure(transport="redis")`` replicates over ``redis_url`` instead of TCP (main listens
+on ``host_cluster.main_port``); ``configure(database=URL)`` uses a database the test migrated itself;
+``configure(plugins=...)`` gives the hosts a ``PluginHost`` (or a function making one per host) instead
+of every installed plugin.
+
+Helpers: ``free_port()``; ``await until(predicate, timeout=10.0, what="condition")`` polls a function
+(or coroutine function) until it returns something truthy and fails the test naming ``what``;
+``wait_until(...)`` is the same for tests without an event loop (processes); ``read_json_lines(path)``.
 """
 
 from __future__ import annotations
@@ -29,10 +57,11 @@ import tempfile
 import textwrap
 import tomllib
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from importlib import invalidate_caches
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
@@ -43,6 +72,31 @@ from factstream.db.embedded import start_embedded, stop_embedded
 from factstream.db.engine import libpq_url
 from factstream.db.metadata import metadata
 from factstream.plugin.manager import PluginHost, load_plugins
+from factstream.testing.helpers import free_port, read_json_lines, until, wait_until
+from factstream.testing.hosts import HostCluster
+from factstream.testing.processes import FactstreamProcess, ProcessCluster, RedisServer, TcpProxy
+
+try:
+    import pytest_asyncio
+except ImportError:  # pragma: no cover - pytest-asyncio is needed for host_cluster only
+    pytest_asyncio = None  # type: ignore[assignment]
+
+__all__ = [
+    "FactstreamProcess",
+    "HostCluster",
+    "InstalledPlugin",
+    "PluginInstaller",
+    "ProcessCluster",
+    "RedisServer",
+    "TcpProxy",
+    "create_database",
+    "drop_database",
+    "free_port",
+    "read_json_lines",
+    "redis_reachable",
+    "until",
+    "wait_until",
+]
 
 TEST_DATABASE_ENV = "FACTSTREAM_TEST_DATABASE_URL"
 TEST_REDIS_ENV = "FACTSTREAM_TEST_REDIS_URL"
@@ -275,3 +329,80 @@ def plugin_installer() -> Iterator[PluginInstaller]:
 def plugin_host(plugin_installer: PluginInstaller) -> PluginHost:
     """The plugin host for the core plus whatever the test installed before requesting it."""
     return load_plugins()
+
+
+# -- clusters ----------------------------------------------------------------------------------------
+
+
+def _async_fixture(fn: Callable[..., AsyncIterator[HostCluster]]) -> Any:
+    """An async generator fixture, in pytest-asyncio's strict mode too."""
+    if pytest_asyncio is None:
+        return pytest.fixture(fn)
+    return pytest_asyncio.fixture(fn)
+
+
+@_async_fixture
+async def host_cluster(
+    request: pytest.FixtureRequest, tmp_path: Path, plugin_installer: PluginInstaller, fresh_database: str
+) -> AsyncIterator[HostCluster]:
+    """Named in-process hosts on one database: ``main = await host_cluster("main", **overrides)``.
+
+    The database is ``fresh_database``, migrated at the first start for the plugins the hosts load
+    then (unless ``host_cluster.configure(database=URL)`` names another). Every host still running is
+    stopped after the test, the last started first, before the database and the plugins go.
+    """
+    cluster = HostCluster(
+        tmp_path / "state",
+        database=lambda: _migrate(fresh_database, cluster.plugins()),
+        redis_url=lambda: str(request.getfixturevalue("redis_url")),
+    )
+    try:
+        yield cluster
+    finally:
+        await cluster.close()
+
+
+def _migrate(url: str, plugins: PluginHost) -> str:
+    from factstream.migrate import Migrator
+
+    migrator = Migrator(url, plugins)
+    try:
+        migrator.upgrade()
+    finally:
+        migrator.close()
+    return url
+
+
+@pytest.fixture
+def process_cluster(tmp_path: Path, plugin_installer: PluginInstaller, fresh_database: str) -> Iterator[ProcessCluster]:
+    """``factstream run`` processes on ``fresh_database`` that see the test's plugins.
+
+    ``process_cluster.start("main")`` migrates the database first if nothing did. After the test,
+    every process is stopped and the tail of its log printed (pytest shows it when the test failed).
+    """
+    cluster = ProcessCluster(tmp_path / "process-cluster", fresh_database, plugin_installer.env())
+    try:
+        yield cluster
+    finally:
+        cluster.stop_all()
+        for proc in cluster.processes.values():
+            print(f"===== {proc.name} log ({proc.log_path}) =====\n{proc.tail(300)}")
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A ``redis-server`` of this test's own, on a free port, without persistence (the test may kill its
+    clients, stop and restart it). Skipped when the binary is not on ``PATH``, unless
+    ``FACTSTREAM_REQUIRE_SERVICES=1``: the test fails then."""
+    if shutil.which("redis-server") is None:
+        message = "the redis-server binary is not on PATH (needed for a Redis this test can cut and restart)"
+        if _services_required():
+            pytest.fail(message)
+        pytest.skip(message)
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        print(f"===== redis-server log =====\n{server.log()[-5000:]}")
