@@ -23,6 +23,14 @@ from factstream.plugin.specs import (
     SettingsSpec,
 )
 from factstream.plugin.streams import StreamSpec, StreamTable, SyncRequest, Wake
+from factstream.plugin.web import (
+    HttpError,
+    calling_user,
+    json_object_text,
+    raw_json_response,
+    read_body,
+    require_writer,
+)
 
 __all__ = [
     "CURRENT_STATE_CACHE_NAME",
@@ -36,6 +44,7 @@ __all__ = [
     "ExportJobSpec",
     "FactstreamError",
     "HostApi",
+    "HttpError",
     "IdGeneratorError",
     "InvalidationSpec",
     "LruCache",
@@ -52,8 +61,13 @@ __all__ = [
     "Wake",
     "cached",
     "cached_specs",
+    "calling_user",
     "create_stream_sequence",
     "drop_stream_sequence",
     "hookimpl",
+    "json_object_text",
     "metadata",
+    "raw_json_response",
+    "read_body",
+    "require_writer",
 ]

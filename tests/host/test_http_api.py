@@ -1,4 +1,5 @@
-"""The host's HTTP API: bearer tokens and access levels, core routes, plugin routes, JSON errors."""
+"""The host's HTTP API: bearer tokens and access levels, core routes, plugin routes, JSON errors
+(``{"errcode", "error"}`` everywhere)."""
 
 from __future__ import annotations
 
@@ -18,22 +19,24 @@ async def test_no_token_is_401_with_a_json_message(start_host, client):
         response = await anonymous.get(path)
         assert response.status_code == 401, path
         assert response.headers["www-authenticate"] == "Bearer"
+        assert response.json()["errcode"] == "M_MISSING_TOKEN"
         assert "missing access token" in response.json()["error"]
 
 
 @pytest.mark.parametrize(
-    ("header", "message"),
+    ("header", "errcode", "message"),
     [
-        ("Bearer nope", "unknown access token"),
-        ("Basic YWxpY2U6cHc=", "malformed Authorization header"),
-        ("Bearer", "malformed Authorization header"),
-        ("Bearer a b", "malformed Authorization header"),
+        ("Bearer nope", "M_UNKNOWN_TOKEN", "unknown access token"),
+        ("Basic YWxpY2U6cHc=", "M_MISSING_TOKEN", "malformed Authorization header"),
+        ("Bearer", "M_MISSING_TOKEN", "malformed Authorization header"),
+        ("Bearer a b", "M_MISSING_TOKEN", "malformed Authorization header"),
     ],
 )
-async def test_a_bad_token_is_401(start_host, client, header, message):
+async def test_a_bad_token_is_401(start_host, client, header, errcode, message):
     host = await start_host()
     response = await client(host).get("/inbox/whoami", headers={"Authorization": header})
     assert response.status_code == 401
+    assert response.json()["errcode"] == errcode
     assert message in response.json()["error"]
 
 
@@ -63,7 +66,10 @@ async def test_a_write_route_needs_a_token_that_may_write(start_host, client):
     assert (await client(host).post("/inbox/messages", json=body)).status_code == 401
     forbidden = await client(host, "alice-token").post("/inbox/messages", json=body)
     assert forbidden.status_code == 403
-    assert "may not write" in forbidden.json()["error"]
+    assert forbidden.json() == {
+        "errcode": "M_FORBIDDEN",
+        "error": "user @alice:hs may not write: this token has no write permission",
+    }
     allowed = await client(host, "writer-token").post("/inbox/messages", json=body)
     assert allowed.status_code == 200
     assert len(allowed.json()["stream_ids"]) == 1
@@ -96,9 +102,11 @@ async def test_a_body_that_is_not_json_is_400_not_500(start_host, client):
     writer = client(host, "writer-token")
     response = await writer.post("/inbox/messages", content=b"{not json")
     assert response.status_code == 400
+    assert response.json()["errcode"] == "M_NOT_JSON"
     assert "not valid JSON" in response.json()["error"]
     response = await writer.post("/inbox/messages", json={"user_id": 5})
     assert response.status_code == 400
+    assert response.json()["errcode"] == "M_BAD_JSON"
     assert "invalid request" in response.json()["error"]
 
 
@@ -107,10 +115,10 @@ async def test_unknown_paths_and_methods_are_json_errors(start_host, client):
     alice = client(host, "alice-token")
     missing = await alice.get("/no/such/route")
     assert missing.status_code == 404
-    assert missing.json() == {"error": "Not Found"}
+    assert missing.json() == {"errcode": "M_NOT_FOUND", "error": "Not Found"}
     wrong_method = await alice.delete("/sync")
     assert wrong_method.status_code == 405
-    assert "error" in wrong_method.json()
+    assert wrong_method.json() == {"errcode": "M_UNRECOGNIZED", "error": "Method Not Allowed"}
 
 
 async def test_streams_lists_every_stream_with_its_plugin_writers_sync_key_and_positions(start_host, client):
@@ -143,6 +151,7 @@ async def test_positions_of_one_stream_and_404_for_an_unknown_one(start_host, cl
     }
     missing = await alice.get("/streams/nope/positions")
     assert missing.status_code == 404
+    assert missing.json()["errcode"] == "M_NOT_FOUND"
     assert "unknown stream 'nope'" in missing.json()["error"]
 
 
@@ -173,6 +182,38 @@ async def test_openapi_describes_core_and_plugin_routes_with_their_access(start_
     assert paths["/inbox/ping"]["get"]["security"] == []
     positions = paths["/streams/{name}/positions"]["get"]
     assert positions["parameters"][0] == {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+    error = {"$ref": "#/components/schemas/Error"}
+    assert positions["responses"]["404"]["content"]["application/json"]["schema"] == error
+    assert post["responses"]["403"]["content"]["application/json"]["schema"] == error
+    assert schema["components"]["schemas"]["Error"]["required"] == ["errcode", "error"]
+    assert set(schema["components"]["schemas"]["Error"]["properties"]) == {"errcode", "error"}
+
+
+async def test_a_plugin_route_raising_http_error_answers_its_status_and_errcode(plugin_installer, start_host, client):
+    plugin_installer.from_source(
+        "teapot",
+        """
+        import factstream
+        from factstream import HttpError, RouteSpec, calling_user
+
+        async def brew(request, host):
+            raise HttpError(418, "M_TEAPOT", f"{calling_user(request)}: I am a teapot")
+
+        async def crash(request, host):
+            raise RuntimeError("boom")
+
+        @factstream.hookimpl
+        def register_routes(register):
+            register(RouteSpec("/teapot", brew, access="user"))
+            register(RouteSpec("/crash", crash, access="public"))
+        """,
+    )
+    host = await start_host()
+    response = await client(host, "alice-token").get("/teapot")
+    assert response.status_code == 418
+    assert response.json() == {"errcode": "M_TEAPOT", "error": "@alice:hs: I am a teapot"}
+    crashed = await client(host).get("/crash")
+    assert (crashed.status_code, crashed.json()) == (500, {"errcode": "M_UNKNOWN", "error": "internal error"})
 
 
 async def test_a_plugin_route_shadowing_a_core_route_fails_the_start_naming_both(plugin_installer, start_host):

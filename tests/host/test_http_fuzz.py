@@ -159,7 +159,8 @@ async def test_every_route_fuzzed_is_never_a_500_and_a_refusal_stores_nothing(fu
         assert response.status_code < 500, seen
         after = await stored(full_host)
         if response.status_code >= 400:
-            assert "error" in response.json(), seen
+            assert set(response.json()) == {"errcode", "error"}, seen
+            assert response.json()["errcode"].startswith("M_"), seen
             assert after == before[0], seen
         before[0] = after
         return response.status_code

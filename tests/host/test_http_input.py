@@ -97,21 +97,22 @@ async def test_a_nul_in_a_user_id_or_device_id_of_a_to_device_body_is_400_naming
 
 async def test_sync_with_a_nul_device_is_400(full_host, full_client):
     response = await full_client("alice-token").get("/sync?device=%00")
-    assert response.json() == {"error": f"query parameter 'device' {NUL_MESSAGE}"}
+    assert response.json() == {"errcode": "M_INVALID_PARAM", "error": f"query parameter 'device' {NUL_MESSAGE}"}
     assert response.status_code == 400
 
 
 async def test_a_nul_in_the_bearer_token_is_400_before_any_token_lookup(full_host, full_client):
     response = await full_client().get("/sync", headers={"Authorization": "Bearer alice\u0000token"})
     assert refused(response) == f"header 'authorization' {NUL_MESSAGE}"
+    assert response.json()["errcode"] == "M_INVALID_PARAM"
 
 
 # -- the rule, field by field ----------------------------------------------------------------------------
 
 
-async def test_core_routes_answer_in_the_core_shape(full_host, full_client):
+async def test_core_routes_answer_in_the_same_shape_as_plugin_routes(full_host, full_client):
     response = await full_client("alice-token").get("/streams/in%00box/positions")
-    assert response.json() == {"error": f"path parameter 'name' {NUL_MESSAGE}"}
+    assert response.json() == {"errcode": "M_INVALID_PARAM", "error": f"path parameter 'name' {NUL_MESSAGE}"}
     assert response.status_code == 400
 
 

@@ -1,11 +1,18 @@
-"""The account_data plugin against real PostgreSQL and real hosts (main and worker1 over TCP)."""
+"""The account_data plugin against real PostgreSQL and real hosts (main and worker1 over TCP), through
+the hosts' HTTP API."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
 import pytest
 
+from factstream.errors import ConfigError
 from factstream.host.app import Host
-from tests.plugins_bundled.conftest import following, positions, seen_rows, sync
+from tests.plugins_bundled.conftest import following, positions, seen_rows
+from tests.plugins_bundled.support import Hosts, sync
 
 ALICE = "@alice:hs"
 BOB = "@bob:hs"
@@ -13,10 +20,28 @@ GLOBAL_PATH = "/user/{user}/account_data/{type}"
 ROOM_PATH = "/user/{user}/rooms/{room}/account_data/{type}"
 
 
-def store(host: Host):
+@pytest.fixture
+async def hosts(bundled_db, tmp_path) -> AsyncIterator[Hosts]:
+    async with Hosts(bundled_db, tmp_path) as hosts:
+        yield hosts
+
+
+@pytest.fixture
+def make_host(hosts: Hosts) -> Callable[..., Any]:
+    """``await make_host(name, writers=..., http=..., plugins=...)``: a started host (see ``Hosts``)."""
+    return hosts.start
+
+
+@pytest.fixture
+def client_for(hosts: Hosts) -> Callable[[Host, str], httpx.AsyncClient]:
+    """``client_for(host, user)``: a client of the host's HTTP API with ``user``'s bearer token."""
+    return hosts.client
+
+
+def store(host: Host) -> Any:
     from factstream_account_data import AccountDataStore
 
-    return AccountDataStore.of(host)
+    return host.api.state(AccountDataStore)
 
 
 async def pair(make_host) -> tuple[Host, Host]:
@@ -106,9 +131,11 @@ async def test_with_two_writers_the_latest_value_is_the_highest_stream_id_whatev
     assert [bytes(i["content"]) for i in items] == [b'{"from": "main"}'], "an older change must not win"
 
 
-async def test_bad_requests_are_refused_with_a_message_and_store_nothing(make_host, client_for, monkeypatch):
-    monkeypatch.setenv("FACTSTREAM_ACCOUNT_DATA_MAX_BODY_BYTES", "100")
-    main, worker = await pair(make_host)
+async def test_bad_requests_are_refused_with_a_message_and_store_nothing(make_host, client_for):
+    limit = {"account_data": {"max_body_bytes": 100}}
+    main = await make_host("main", plugins=limit)
+    worker = await make_host("worker1", plugins=limit)
+    await following(worker, "account_data")
     client = client_for(main, ALICE)
     path = GLOBAL_PATH.format(user=ALICE, type="m.t")
     before = positions(main, "account_data")
@@ -126,13 +153,16 @@ async def test_bad_requests_are_refused_with_a_message_and_store_nothing(make_ho
         (client.put(path, content=chunked()), 413, "the limit is 100 bytes"),
         (client.put(GLOBAL_PATH.format(user=BOB, type="m.t"), json={}), 403, "@alice:hs cannot access"),
         (client.get(GLOBAL_PATH.format(user=BOB, type="m.t")), 403, "account data of @bob:hs"),
+        (client.put(GLOBAL_PATH.format(user=ALICE, type="t" * 256), json={}), 400, "1 to 255 characters"),
         (client_for(worker, ALICE).put(path, json={}), 421, "send writes to: main"),
     ]
+    errcodes = {400: {"M_NOT_JSON", "M_BAD_JSON", "M_INVALID_PARAM"}, 403: {"M_FORBIDDEN"}, 413: {"M_TOO_LARGE"}}
     for request, status, message in cases:
         response = await request
         assert response.status_code == status, response.text
+        assert set(response.json()) == {"errcode", "error"}
         assert message in response.json()["error"]
-        assert response.json()["errcode"].startswith("M_")
+        assert response.json()["errcode"] in errcodes.get(status, {"M_MISDIRECTED"})
 
     rows = await main.database().fetchall("SELECT count(*) FROM account_data_stream")
     latest = await main.database().fetchall("SELECT count(*) FROM account_data_latest")
@@ -160,3 +190,27 @@ async def test_105_changes_written_while_the_worker_is_disconnected_arrive_in_or
         (None if i % 3 else f"!r{i % 5}:hs", f"m.t{i % 7}") for i in range(105)
     ]
     assert await store(worker).get_content(ALICE, "", "m.t6") == '{"i": 104}'
+
+
+async def test_the_body_limit_is_a_setting_and_a_bad_one_stops_the_start_naming_plugin_and_key(
+    hosts: Hosts, client_for
+):
+    with pytest.raises(ConfigError) as bad:
+        await hosts.start("main", plugins={"account_data": {"max_body_bytes": 0}})
+    assert "plugins.account_data.max_body_bytes" in str(bad.value)
+    assert "FACTSTREAM_PLUGINS__ACCOUNT_DATA__MAX_BODY_BYTES" in str(bad.value)
+    with pytest.raises(ConfigError, match=r"plugins\.account_data\.max_body_size.*unknown key"):
+        await hosts.start("main", plugins={"account_data": {"max_body_size": 10}})
+    with pytest.raises(ConfigError, match=r"plugins\.account_data\.max_body_bytes"):
+        await hosts.start("main", environ={"FACTSTREAM_PLUGINS__ACCOUNT_DATA__MAX_BODY_BYTES": "lots"})
+
+    main = await hosts.start("main", environ={"FACTSTREAM_PLUGINS__ACCOUNT_DATA__MAX_BODY_BYTES": "20"})
+    client = client_for(main, ALICE)
+    path = GLOBAL_PATH.format(user=ALICE, type="m.t")
+    assert (await client.put(path, json={"a": 1})).status_code == 200
+    too_large = await client.put(path, json={"a": "x" * 20})
+    assert too_large.status_code == 413
+    assert too_large.json() == {
+        "errcode": "M_TOO_LARGE",
+        "error": f"the request body is {len(too_large.request.content)} bytes; the limit is 20 bytes",
+    }

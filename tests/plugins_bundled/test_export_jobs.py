@@ -18,7 +18,7 @@ async def test_account_data_latest_gives_one_row_per_user_room_and_type_with_its
     from factstream_account_data import AccountDataStore
 
     main = await make_host("main")
-    store = AccountDataStore.of(main)
+    store = main.api.state(AccountDataStore)
     ids = []
     for n in range(3):
         ids.append(await store.put("@a:hs", None, "m.t", f'{{"n": {n}}}'))
@@ -48,7 +48,7 @@ async def test_to_device_daily_counts_messages_per_day_and_event_type(make_host,
     from factstream_to_device.store import ToDeviceStore
 
     main = await make_host("main")
-    store = ToDeviceStore.of(main)
+    store = main.api.state(ToDeviceStore)
     await store.send("@s:hs", "m.key", "t1", "h1", [Message("@a:hs", "PHONE", "{}"), Message("@b:hs", "PC", "{}")])
     await store.send("@s:hs", "m.key", "t2", "h2", [Message("@a:hs", "PHONE", "{}")])
     await store.send("@t:hs", "m.ping", "t1", "h3", [Message("@a:hs", "PHONE", '{"x": 1}')])

@@ -1,17 +1,41 @@
-"""The to_device plugin against real PostgreSQL and real hosts (main and worker1 over TCP)."""
+"""The to_device plugin against real PostgreSQL and real hosts (main and worker1 over TCP), through the
+hosts' HTTP API."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
+import httpx
 import pytest
 
+from factstream.errors import ConfigError
 from factstream.host.app import Host
-from tests.plugins_bundled.conftest import following, positions, seen_rows, sync
+from tests.plugins_bundled.conftest import following, positions, seen_rows
+from tests.plugins_bundled.support import Hosts, sync
 
 ALICE = "@alice:hs"
 BOB = "@bob:hs"
 SEND = "/sendToDevice/{type}/{txn}"
+
+
+@pytest.fixture
+async def hosts(bundled_db, tmp_path) -> AsyncIterator[Hosts]:
+    async with Hosts(bundled_db, tmp_path) as hosts:
+        yield hosts
+
+
+@pytest.fixture
+def make_host(hosts: Hosts) -> Callable[..., Any]:
+    """``await make_host(name, writers=..., http=..., plugins=...)``: a started host (see ``Hosts``)."""
+    return hosts.start
+
+
+@pytest.fixture
+def client_for(hosts: Hosts) -> Callable[[Host, str], httpx.AsyncClient]:
+    """``client_for(host, user)``: a client of the host's HTTP API with ``user``'s bearer token."""
+    return hosts.client
 
 
 async def send(client, txn: str, messages: dict, event_type: str = "m.test") -> dict:
@@ -58,16 +82,16 @@ async def test_a_device_receives_its_messages_in_order_and_they_are_deleted_only
 
 async def test_content_is_kept_byte_for_byte(make_host, client_for):
     main = await make_host("main")
-    body = b'{"messages": {"@bob:hs": {"D": { "z" : 1.10, "a": 1e400, "a": 123456789012345678901234567890 }}}}'
+    body = b'{"messages": {"@bob:hs": {"D": { "z" : 1.10, "a": 1e400, "a": 1234567890.12345678901234567890 }}}}'
     response = await client_for(main, ALICE).put(SEND.format(type="m.raw", txn="t"), content=body)
     assert response.status_code == 200, response.text
-    exact = b'{"messages": {"@bob:hs": {"D": { "z" : 1.10, "a": 2, "a": 123456789012345678901234567890 }}}}'
+    exact = b'{"messages": {"@bob:hs": {"D": { "z" : 1.10, "a": 2, "a": 1234567890.12345678901234567890 }}}}'
     response = await client_for(main, ALICE).put(SEND.format(type="m.raw", txn="t2"), content=exact)
     assert response.status_code == 200, response.text
 
     items, _ = await sync(main, "to_device", BOB, {}, device="D")
 
-    assert bytes(items[1]["content"]) == b'{ "z" : 1.10, "a": 2, "a": 123456789012345678901234567890 }'
+    assert bytes(items[1]["content"]) == b'{ "z" : 1.10, "a": 2, "a": 1234567890.12345678901234567890 }'
     assert json.loads(bytes(items[0]["content"]))["z"] == 1.1  # 1e400 cannot be sliced raw; still stored
 
 
@@ -89,7 +113,10 @@ async def test_a_transaction_id_replayed_with_the_same_body_stores_nothing_new_a
     assert first == {"stored": 2}
     assert (replay.status_code, replay.json()) == (200, first)
     assert conflict.status_code == 409
-    assert "transaction ID 'txn1' was already used by @alice:hs for a different request" in conflict.json()["error"]
+    assert conflict.json() == {
+        "errcode": "M_TXN_CONFLICT",
+        "error": "transaction ID 'txn1' was already used by @alice:hs for a different request",
+    }
     assert other_type.status_code == 409
     assert other_sender.status_code == 200, "transaction IDs are per sender"
     assert await inbox(main, BOB, "D1") == ['{"a":1}', '{"a":1}']
@@ -102,7 +129,7 @@ async def test_star_reaches_every_known_device_and_devices_become_known_by_synci
     main = await make_host("main")
     await sync(main, "to_device", BOB, {}, device="SYNCED")
     registered = await client_for(main, BOB).put("/devices/REGISTERED")
-    assert registered.status_code == 200
+    assert (registered.status_code, registered.json()) == (200, {})
 
     assert await send(client_for(main, ALICE), "t", {BOB: {"*": {"hello": True}}, "@nobody:hs": {"*": {}}}) == {
         "stored": 2
@@ -129,10 +156,10 @@ async def test_a_response_cut_by_the_limit_never_loses_the_rest_whatever_token_c
     assert await inbox(main, BOB, "D") == []
 
 
-async def test_bad_requests_are_refused_with_a_message_and_store_nothing(make_host, client_for, monkeypatch):
-    monkeypatch.setenv("FACTSTREAM_TO_DEVICE_MAX_BODY_BYTES", "200")
-    main = await make_host("main")
-    worker = await make_host("worker1")
+async def test_bad_requests_are_refused_with_a_message_and_store_nothing(make_host, client_for):
+    limit = {"to_device": {"max_body_bytes": 200}}
+    main = await make_host("main", plugins=limit)
+    worker = await make_host("worker1", plugins=limit)
     alice = client_for(main, ALICE)
     path = SEND.format(type="m.test", txn="bad")
     before = positions(main, "to_device")
@@ -155,11 +182,18 @@ async def test_bad_requests_are_refused_with_a_message_and_store_nothing(make_ho
         response = await alice.put(path, json=mixed)
         assert response.status_code == status, response.text
         assert message in response.json()["error"]
+        assert response.json()["errcode"] in {"M_BAD_JSON", "M_INVALID_PARAM", "M_TOO_LARGE"}
     raw = await alice.put(path, content=b"[]")
     assert raw.status_code == 400 and "must be a JSON object, not an array" in raw.json()["error"]
+    assert raw.json()["errcode"] == "M_BAD_JSON"
+    not_json = await alice.put(path, content=b"{nope")
+    assert (not_json.status_code, not_json.json()["errcode"]) == (400, "M_NOT_JSON")
     misdirected = await client_for(worker, ALICE).put(path, json={"messages": {}})
     assert misdirected.status_code == 421
-    assert "instance worker1 does not write the to_device stream; send writes to: main" in misdirected.json()["error"]
+    assert misdirected.json() == {
+        "errcode": "M_MISDIRECTED",
+        "error": "instance worker1 does not write the to_device stream; send writes to: main",
+    }
 
     assert await main.database().fetchall("SELECT count(*) FROM device_inbox") == [(0,)]
     assert await main.database().fetchall("SELECT count(*) FROM to_device_txns") == [(0,)]
@@ -193,3 +227,23 @@ async def test_101_messages_written_while_the_worker_is_disconnected_arrive_in_o
     # Bob's device, syncing through the worker, receives his 51 messages (and the warm-up) in order.
     items, _ = await sync(worker, "to_device", BOB, {}, device="D")
     assert [c.get("n") for c in contents(items)] == [None, *range(1, 101, 2)]
+
+
+async def test_the_body_limit_is_a_setting_and_a_bad_one_stops_the_start_naming_plugin_and_key(
+    hosts: Hosts, client_for
+):
+    with pytest.raises(ConfigError) as bad:
+        await hosts.start("main", plugins={"to_device": {"max_body_bytes": -5}})
+    assert "invalid settings of plugin 'to_device'" in str(bad.value)
+    assert "plugins.to_device.max_body_bytes" in str(bad.value)
+    with pytest.raises(ConfigError, match=r"plugins\.to_device\.max_body_bytes \(env FACTSTREAM_PLUGINS__TO_DEVICE"):
+        await hosts.start("main", environ={"FACTSTREAM_PLUGINS__TO_DEVICE__MAX_BODY_BYTES": "64k"})
+    with pytest.raises(ConfigError, match=r"plugins\.to_device\.limit.*unknown key"):
+        await hosts.start("main", plugins={"to_device": {"limit": 10}})
+
+    main = await hosts.start("main", environ={"FACTSTREAM_PLUGINS__TO_DEVICE__MAX_BODY_BYTES": "100"})
+    alice = client_for(main, ALICE)
+    assert await send(alice, "small", {BOB: {"D": {}}}) == {"stored": 1}
+    large = await alice.put(SEND.format(type="m.test", txn="large"), json={"messages": {BOB: {"D": {"x": "y" * 100}}}})
+    assert (large.status_code, large.json()["errcode"]) == (413, "M_TOO_LARGE")
+    assert "the limit is 100 bytes" in large.json()["error"]

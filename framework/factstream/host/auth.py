@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from factstream.plugin.web import HttpError
+
 if TYPE_CHECKING:
     from factstream.config import HttpConfig
     from factstream.db.database import Database
@@ -35,23 +37,22 @@ class Principal:
     can_write: bool = False
 
 
-class AuthError(Exception):
-    """The request may not proceed: ``status`` is 401 or 403, ``message`` says why."""
+class AuthError(HttpError):
+    """The request may not proceed: ``status`` 401 (``M_MISSING_TOKEN``, ``M_UNKNOWN_TOKEN``) or 403
+    (``M_FORBIDDEN``); ``message`` says why. A 401 asks for a bearer token (``WWW-Authenticate``)."""
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+    def __init__(self, status: int, errcode: str, message: str) -> None:
+        super().__init__(status, errcode, message, headers={"WWW-Authenticate": "Bearer"} if status == 401 else None)
 
 
 def bearer_token(header: str | None) -> str:
     """The token of an ``Authorization: Bearer <token>`` header; :class:`AuthError` (401) otherwise."""
     if not header:
-        raise AuthError(401, "missing access token: send 'Authorization: Bearer <token>'")
+        raise AuthError(401, "M_MISSING_TOKEN", "missing access token: send 'Authorization: Bearer <token>'")
     scheme, _, token = header.strip().partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token or any(c.isspace() for c in token):
-        raise AuthError(401, "malformed Authorization header: expected 'Bearer <token>'")
+        raise AuthError(401, "M_MISSING_TOKEN", "malformed Authorization header: expected 'Bearer <token>'")
     return token
 
 
@@ -88,7 +89,7 @@ class TokenAuthenticator:
         if principal is None and self.db is not None:
             principal = await self._lookup(token)
         if principal is None:
-            raise AuthError(401, "unknown access token")
+            raise AuthError(401, "M_UNKNOWN_TOKEN", "unknown access token")
         return principal
 
     async def _lookup(self, token: str) -> Principal | None:
@@ -121,6 +122,6 @@ def check_access(access: str, principal: Principal | None) -> None:
     if access == "public":
         return
     if principal is None:
-        raise AuthError(401, "missing access token: send 'Authorization: Bearer <token>'")
+        raise AuthError(401, "M_MISSING_TOKEN", "missing access token: send 'Authorization: Bearer <token>'")
     if access == "writer" and not principal.can_write:
-        raise AuthError(403, f"user {principal.user} may not write: this token has no write permission")
+        raise AuthError(403, "M_FORBIDDEN", f"user {principal.user} may not write: this token has no write permission")

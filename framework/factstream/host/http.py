@@ -9,14 +9,16 @@ endpoint is wrapped so that:
   else 403), and ``request.state.user`` (the user ID, ``None`` on public routes),
   ``request.state.principal`` and ``request.state.host`` are set;
 * a returned value that is not a ``Response`` is sent as JSON (status 200);
-* every error is JSON ``{"error": message}``: bad input is a 4xx with a message that says what was
-  wrong (``TokenError`` 400, a body that is not JSON 400, ``HTTPException`` its own status), and an
-  unexpected exception is logged with the route and answered with 500 ``internal error``;
+* every error, core or plugin, is JSON ``{"errcode": "M_...", "error": message}`` (the OpenAPI
+  ``Error`` schema): a :class:`~factstream.HttpError` raised by the endpoint is answered with its own
+  status and errcode; bad input is a 4xx with a message that says what was wrong (``TokenError`` 400
+  ``M_INVALID_PARAM``, a body that is not JSON 400 ``M_NOT_JSON``, one of the wrong shape 400
+  ``M_BAD_JSON``, ``HTTPException`` its own status with the code of :data:`ERRCODES`), and an
+  unexpected exception is logged with the route and answered with 500 ``M_UNKNOWN`` ``internal error``;
 * input PostgreSQL cannot store is refused before the token is looked up and before the endpoint
   runs (:mod:`factstream.host.storable`): header names and values, path parameters, query parameter
   names and values, and a JSON body's keys and values at any depth. The refusal is a 400 naming the
-  field, ``{"error"}`` on a core route and ``{"errcode", "error"}`` on a plugin route (the shape the
-  bundled plugins give their own 4xx).
+  field (``M_INVALID_PARAM``, ``M_BAD_JSON`` for the body).
 
 The body is read here, after the access check (an anonymous caller cannot make the host buffer a
 body on a route that needs a token), at most :data:`~factstream.host.storable.MAX_BODY_BYTES` (413
@@ -50,9 +52,8 @@ from starlette.routing import Route
 from starlette.types import Message, Receive
 
 from factstream.errors import PluginError
-from factstream.host.auth import AuthError, TokenAuthenticator, check_access
+from factstream.host.auth import TokenAuthenticator, check_access
 from factstream.host.storable import (
-    InputError,
     check_body,
     check_headers,
     check_path_params,
@@ -60,6 +61,7 @@ from factstream.host.storable import (
     read_body,
 )
 from factstream.plugin.specs import RouteSpec
+from factstream.plugin.web import HttpError
 from factstream.sync import TokenError
 
 if TYPE_CHECKING:
@@ -91,6 +93,18 @@ _encoder = msgspec.json.Encoder()
 _PATH_PARAM = re.compile(r"{([a-zA-Z_][a-zA-Z0-9_]*)(?::[a-z]+)?}")
 _STATUS_TEXT = {400: "bad request", 401: "unauthorized", 403: "forbidden", 404: "not found", 405: "method not allowed"}
 
+#: The errcode of an error that names none (an ``HTTPException``, Starlette's own 404 and 405), by status.
+ERRCODES = {
+    400: "M_INVALID_PARAM",
+    401: "M_MISSING_TOKEN",
+    403: "M_FORBIDDEN",
+    404: "M_NOT_FOUND",
+    405: "M_UNRECOGNIZED",
+    413: "M_TOO_LARGE",
+    421: "M_MISDIRECTED",
+    500: "M_UNKNOWN",
+}
+
 #: The plugin name the core's own routes are registered under.
 CORE = "factstream"
 
@@ -104,9 +118,20 @@ class JsonResponse(Response):
         return _encoder.encode(content)
 
 
-def error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> JsonResponse:
-    """The API's one error shape: ``{"error": message}``."""
-    return JsonResponse({"error": message}, status_code=status, headers=headers)
+def error_response(
+    status: int, message: str, headers: Mapping[str, str] | None = None, *, errcode: str = ""
+) -> JsonResponse:
+    """The API's one error shape: ``{"errcode": errcode, "error": message}``.
+
+    ``errcode`` defaults to the status's code in :data:`ERRCODES` (``M_UNKNOWN`` for others).
+    """
+    code = errcode or ERRCODES.get(status, "M_UNKNOWN")
+    return JsonResponse({"errcode": code, "error": message}, status_code=status, headers=headers or None)
+
+
+def http_error_response(exc: HttpError) -> JsonResponse:
+    """The answer to an :class:`~factstream.HttpError` (its status, errcode, message and headers)."""
+    return error_response(exc.status, exc.message, exc.headers, errcode=exc.errcode)
 
 
 @dataclass(frozen=True)
@@ -139,13 +164,6 @@ def _replaying(request: Request, body: bytes) -> Request:
     return Request(request.scope, replay_receive)
 
 
-def _input_rejection(route: ApiRoute, exc: InputError) -> JsonResponse:
-    """The refusal in the shape the route's owner uses for its own 4xx (see the module docstring)."""
-    if route.plugin == CORE:
-        return error_response(exc.status, exc.message)
-    return JsonResponse({"errcode": exc.errcode, "error": exc.message}, status_code=exc.status)
-
-
 def wrap_endpoint(
     route: ApiRoute, host: HttpHost, auth: TokenAuthenticator
 ) -> Callable[[Request], Awaitable[Response]]:
@@ -173,21 +191,18 @@ def wrap_endpoint(
             check_body(body)
             request = _replaying(request, body)
             result = await endpoint(request, api)
-        except InputError as exc:
-            return _input_rejection(route, exc)
+        except HttpError as exc:  # the endpoint's own refusals, and the host's (input, access)
+            return http_error_response(exc)
         except ClientDisconnect:
             return error_response(400, "the client went away while sending the request body")
-        except AuthError as exc:
-            headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-            return error_response(exc.status, exc.message, headers)
         except HTTPException as exc:
             return error_response(exc.status_code, str(exc.detail or _STATUS_TEXT.get(exc.status_code, "error")))
         except TokenError as exc:
-            return error_response(400, f"invalid sync token: {exc}")
+            return error_response(400, f"invalid sync token: {exc}", errcode="M_INVALID_PARAM")
         except msgspec.ValidationError as exc:  # before DecodeError, its base class
-            return error_response(400, f"invalid request: {exc}")
+            return error_response(400, f"invalid request: {exc}", errcode="M_BAD_JSON")
         except (json.JSONDecodeError, msgspec.DecodeError, UnicodeDecodeError) as exc:
-            return error_response(400, f"the request body is not valid JSON: {exc}")
+            return error_response(400, f"the request body is not valid JSON: {exc}", errcode="M_NOT_JSON")
         except Exception:
             log.exception("%s failed", where)
             return error_response(500, "internal error")
@@ -269,6 +284,9 @@ def openapi_schema(host: HttpHost, routes: Sequence[ApiRoute]) -> dict[str, Any]
         if spec.access == "writer":
             responses["403"] = {"description": "the token may not write", "content": _ERROR_CONTENT}
         responses.update(route.responses)
+        for status, response in responses.items():
+            if status.startswith(("4", "5")) and "content" not in response:
+                responses[status] = {**response, "content": _ERROR_CONTENT}
         for method in spec.methods:
             operation: dict[str, Any] = {
                 "summary": route.summary or summary or spec.name or f"{method} {path}",
@@ -292,7 +310,16 @@ def openapi_schema(host: HttpHost, routes: Sequence[ApiRoute]) -> dict[str, Any]
         "paths": paths,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {"Error": {"type": "object", "properties": {"error": {"type": "string"}}}},
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "properties": {
+                        "errcode": {"type": "string", "description": "a Matrix-style code, such as M_NOT_FOUND"},
+                        "error": {"type": "string", "description": "what was wrong, for a person"},
+                    },
+                    "required": ["errcode", "error"],
+                }
+            },
         },
     }
 

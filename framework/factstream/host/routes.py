@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
 from factstream.host.http import CORE, ApiRoute
 from factstream.plugin.specs import RouteSpec
+from factstream.plugin.web import HttpError
 from factstream.sync.service import SyncHost
 
 if TYPE_CHECKING:
@@ -68,13 +68,15 @@ async def sync(request: Request, api: HostApi) -> Any:
     query = request.query_params
     timeout_text = query.get("timeout", "0")
     if not timeout_text.isascii() or not timeout_text.isdigit():
-        raise HTTPException(400, f"timeout must be a whole number of milliseconds, not {timeout_text[:40]!r}")
+        raise HttpError(
+            400, "M_INVALID_PARAM", f"timeout must be a whole number of milliseconds, not {timeout_text[:40]!r}"
+        )
     # Any non-negative value is accepted; the service caps it at http.sync_timeout_max_seconds.
     digits = timeout_text.lstrip("0")
     timeout_ms = int(digits or "0") if len(digits) <= _TIMEOUT_DIGITS else 10**_TIMEOUT_DIGITS
     device = query.get("device") or None
     if device is not None and len(device) > MAX_DEVICE_LENGTH:
-        raise HTTPException(400, f"device must be at most {MAX_DEVICE_LENGTH} characters")
+        raise HttpError(400, "M_INVALID_PARAM", f"device must be at most {MAX_DEVICE_LENGTH} characters")
     service = host.sync_service()
     return await service.sync(request.state.user, query.get("since"), timeout_ms / 1000, device)
 
@@ -114,7 +116,7 @@ async def stream_positions(request: Request, api: HostApi) -> Any:
     stream = host.streams.get(name)
     if stream is None:
         known = ", ".join(host.streams) or "none"
-        raise HTTPException(404, f"unknown stream {name[:100]!r} (streams: {known})")
+        raise HttpError(404, "M_NOT_FOUND", f"unknown stream {name[:100]!r} (streams: {known})")
     info = _stream_info(host, stream)
     return {"instance": host.instance_name, "stream": name} | {
         k: info[k] for k in ("positions", "current_token", "persisted_upto")

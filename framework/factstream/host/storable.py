@@ -38,21 +38,17 @@ from typing import Any
 
 from starlette.requests import Request
 
+from factstream.plugin.web import HttpError, read_limited
+
 #: The largest request body the host reads for any route (413 beyond); a plugin may set a lower limit.
 MAX_BODY_BYTES = 1024 * 1024
 #: The range of a PostgreSQL ``bigint``.
 BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
 
 
-class InputError(Exception):
-    """Input the host refuses before the endpoint runs: ``status`` (400 or 413), the Matrix-style
-    ``errcode`` that plugin routes answer with, and a ``message`` naming the field."""
-
-    def __init__(self, status: int, errcode: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.errcode = errcode
-        self.message = message
+class InputError(HttpError):
+    """Input the host refuses before the endpoint runs: ``status`` (400 or 413), a Matrix-style
+    ``errcode`` and a ``message`` naming the field, answered like any :class:`~factstream.HttpError`."""
 
 
 _UNSTORABLE_CHAR = re.compile(r"[\x00\ud800-\udfff]")
@@ -187,15 +183,8 @@ def check_body(body: bytes) -> None:
 
 
 async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
-    """The request body, or a 413 :class:`InputError` as soon as it is known to exceed ``limit``."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise InputError(413, "M_TOO_LARGE", f"the request body is {declared} bytes; the host's limit is {limit}")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise InputError(413, "M_TOO_LARGE", f"the request body is larger than the host's limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    """The request body, or a 413 (``M_TOO_LARGE``) as soon as it is known to exceed ``limit``."""
+    try:
+        return await read_limited(request, limit, "the host's limit")
+    except HttpError as exc:
+        raise InputError(exc.status, exc.errcode, exc.message) from None

@@ -6,10 +6,12 @@
   content (``factstream_account_data.sync``).
 * Tables ``account_data_stream`` (the change log) and ``account_data_latest`` (the latest value per
   user, room and type, JSON text kept byte for byte), in the migration branch ``account_data``.
-* Cache ``account_data_latest``, invalidated on every instance by the stream's replicated rows.
+* Cache ``account_data_latest``, invalidated on every instance by the stream's rows (replicated, and
+  this process's own once their transaction ends).
 * Routes ``PUT``/``GET /user/{user_id}/account_data/{type}`` and
   ``/user/{user_id}/rooms/{room_id}/account_data/{type}`` (``factstream_account_data.routes``).
 * Export job ``account_data_latest``.
+* Settings ``plugins.account_data`` (``max_body_bytes``; ``factstream_account_data.settings``).
 
 See docs/plugins/account_data.md.
 """
@@ -17,7 +19,6 @@ See docs/plugins/account_data.md.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import factstream
 from factstream import (
@@ -26,6 +27,7 @@ from factstream import (
     InvalidationSpec,
     MigrationSpec,
     RouteSpec,
+    SettingsSpec,
     StreamSpec,
     cached_specs,
 )
@@ -40,11 +42,11 @@ from factstream_account_data.rows import (
     AccountDataRow,
     cache_keys,
 )
+from factstream_account_data.settings import AccountDataSettings
 from factstream_account_data.store import AccountDataStore
 from factstream_account_data.sync import sync_account_data
-from factstream_account_data.web import max_body_bytes
 
-__all__ = ["ACCOUNT_DATA_STREAM", "AccountDataRow", "AccountDataStore"]
+__all__ = ["ACCOUNT_DATA_STREAM", "AccountDataRow", "AccountDataSettings", "AccountDataStore"]
 
 ACCOUNT_DATA_STREAM = StreamSpec(
     name=STREAM,
@@ -92,5 +94,5 @@ def register_export_jobs(register: Callable[[ExportJobSpec], None]) -> None:
 
 
 @factstream.hookimpl
-def startup(host: Any) -> None:
-    max_body_bytes()  # a bad limit stops the host at start-up, not at the first request
+def register_settings(register: Callable[[SettingsSpec], None]) -> None:
+    register(SettingsSpec(model=AccountDataSettings))

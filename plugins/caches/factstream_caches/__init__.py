@@ -9,26 +9,21 @@ caches before the stream's position advances.
 
 Its export job ``caches_hourly`` counts invalidations per cache per hour (``factstream_caches.export``).
 
-On the main instance it also runs retention (``factstream_caches.retention``) as a background task,
-started in ``startup`` and cancelled in ``shutdown``.
+On the main instance it also runs retention (``factstream_caches.retention``) as a background task
+(``host.spawn``, started in ``startup``; the host cancels it when it stops).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Callable
-from typing import Any
 
 import factstream
-from factstream import ExportJobSpec, MigrationSpec, StreamSpec
+from factstream import ExportJobSpec, HostApi, MigrationSpec, StreamSpec
 from factstream_caches.export import CACHES_HOURLY
 from factstream_caches.retention import delete_old_invalidations, run_retention
 from factstream_caches.rows import CACHES_STREAM, TABLE, CacheInvalidationRow
 
 __all__ = ["CACHES_STREAM", "TABLE", "CacheInvalidationRow", "delete_old_invalidations"]
-
-_tasks: dict[int, asyncio.Task[None]] = {}
 
 
 @factstream.hookimpl
@@ -47,15 +42,6 @@ def register_migrations(register: Callable[[MigrationSpec], None]) -> None:
 
 
 @factstream.hookimpl
-def startup(host: Any) -> None:
-    if host.instance_name == host.settings.main_instance:
-        _tasks[id(host)] = asyncio.get_running_loop().create_task(run_retention(host), name="caches-retention")
-
-
-@factstream.hookimpl
-async def shutdown(host: Any) -> None:
-    task = _tasks.pop(id(host), None)
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+def startup(host: HostApi) -> None:
+    if host.instance_name == host.main_instance:
+        host.spawn(run_retention(host), name="caches-retention")

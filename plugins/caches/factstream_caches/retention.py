@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
-from factstream import Database
+from factstream import Database, HostApi
 from factstream_caches.rows import TABLE
 
 log = logging.getLogger(__name__)
@@ -39,7 +38,7 @@ async def delete_old_invalidations(db: Database, *, older_than_ms: int, batch_id
     return deleted, bool(rows) and int(rows[0][1]) < older_than_ms
 
 
-async def run_retention(host: Any) -> None:
+async def run_retention(host: HostApi) -> None:
     """Run retention forever on ``host`` (cancel to stop), with the timings of ``host.settings.caches``."""
     config = host.settings.caches
     busy = min(BUSY_INTERVAL_SECONDS, config.retention_interval_seconds)

@@ -9,6 +9,7 @@
   (idempotency per sender and transaction ID), ``to_device_devices`` (what ``"*"`` expands to) and
   ``device_inbox_delivered``, in the migration branch ``to_device``.
 * Routes ``PUT /sendToDevice/{event_type}/{txn_id}`` and ``PUT /devices/{device_id}``.
+* Settings ``plugins.to_device`` (``max_body_bytes``; ``factstream_to_device.settings``).
 
 See docs/plugins/to_device.md.
 """
@@ -16,18 +17,17 @@ See docs/plugins/to_device.md.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import factstream
-from factstream import ExportJobSpec, MigrationSpec, RouteSpec, StreamSpec
+from factstream import ExportJobSpec, MigrationSpec, RouteSpec, SettingsSpec, StreamSpec
 from factstream_to_device.export import TO_DEVICE_DAILY
 from factstream_to_device.routes import ROUTES
 from factstream_to_device.rows import SEQUENCE, STREAM, SYNC_KEY, TABLES, ToDeviceRow
+from factstream_to_device.settings import ToDeviceSettings
 from factstream_to_device.store import ToDeviceStore
 from factstream_to_device.sync import sync_to_device
-from factstream_to_device.web import max_body_bytes
 
-__all__ = ["TO_DEVICE_STREAM", "ToDeviceRow", "ToDeviceStore"]
+__all__ = ["TO_DEVICE_STREAM", "ToDeviceRow", "ToDeviceSettings", "ToDeviceStore"]
 
 TO_DEVICE_STREAM = StreamSpec(
     name=STREAM,
@@ -64,5 +64,5 @@ def register_routes(register: Callable[[RouteSpec], None]) -> None:
 
 
 @factstream.hookimpl
-def startup(host: Any) -> None:
-    max_body_bytes()  # a bad limit stops the host at start-up, not at the first request
+def register_settings(register: Callable[[SettingsSpec], None]) -> None:
+    register(SettingsSpec(model=ToDeviceSettings))

@@ -27,30 +27,21 @@ the database once.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
-from typing import Any
+
+from factstream import HostApi
 
 MAX_DEVICES = 100_000
-
-_instances: weakref.WeakKeyDictionary[Any, EmptyInboxes] = weakref.WeakKeyDictionary()
 
 
 class EmptyInboxes:
     """Per device and writer, the position at or below which the inbox is known to be empty.
 
-    One per host process: ``EmptyInboxes.of(host)``.
+    One per host process: ``host.state(EmptyInboxes)``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, host: HostApi | None = None) -> None:
         self._clear: dict[tuple[str, str], dict[str, int]] = {}
-
-    @classmethod
-    def of(cls, host: Any) -> EmptyInboxes:
-        inboxes = _instances.get(host)
-        if inboxes is None:
-            inboxes = _instances[host] = cls()
-        return inboxes
 
     def clear_upto(self, user: str, device: str) -> Mapping[str, int]:
         """Per writer, the position at or below which the device's inbox holds nothing (0: unknown)."""

@@ -12,11 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 
-from factstream_to_device.web import fail, json_object_text
+from factstream import HttpError, json_object_text
 
 MAX_ID_LENGTH = 255
 ALL_DEVICES = "*"
@@ -40,23 +39,25 @@ class _Body(msgspec.Struct):
     messages: dict[str, dict[str, msgspec.Raw]]
 
 
-def parse_send_body(body: bytes) -> tuple[list[Message], dict[str, Any]]:
+def parse_send_body(body: bytes) -> tuple[list[Message], dict[str, object]]:
     """The messages of a body, in body order, and its parsed ``messages`` (a 400 for anything wrong)."""
     text = json_object_text(body)
     parsed = json.loads(text)
     messages = parsed.get("messages")
     if not isinstance(messages, dict):
-        fail(400, "M_BAD_JSON", "the body must have a 'messages' object: {user_id: {device_id: content}}")
+        raise HttpError(400, "M_BAD_JSON", "the body must have a 'messages' object: {user_id: {device_id: content}}")
     for user_id, devices in messages.items():
         if not is_user_id(user_id):
-            fail(400, "M_INVALID_PARAM", f"messages: {user_id!r} is not a user ID (@localpart:server)")
+            raise HttpError(400, "M_INVALID_PARAM", f"messages: {user_id!r} is not a user ID (@localpart:server)")
         if not isinstance(devices, dict):
-            fail(400, "M_BAD_JSON", f"messages[{user_id!r}] must be an object of device IDs to contents")
+            raise HttpError(400, "M_BAD_JSON", f"messages[{user_id!r}] must be an object of device IDs to contents")
         for device_id, content in devices.items():
             if not device_id or len(device_id) > MAX_ID_LENGTH:
-                fail(400, "M_INVALID_PARAM", f"messages[{user_id!r}]: device IDs must be 1 to 255 characters")
+                raise HttpError(
+                    400, "M_INVALID_PARAM", f"messages[{user_id!r}]: device IDs must be 1 to 255 characters"
+                )
             if not isinstance(content, dict):
-                fail(400, "M_BAD_JSON", f"messages[{user_id!r}][{device_id!r}] must be a JSON object")
+                raise HttpError(400, "M_BAD_JSON", f"messages[{user_id!r}][{device_id!r}] must be a JSON object")
     try:
         raw = msgspec.json.decode(body, type=_Body).messages
         out = [
@@ -73,7 +74,7 @@ def parse_send_body(body: bytes) -> tuple[list[Message], dict[str, Any]]:
     return out, messages
 
 
-def request_hash(event_type: str, messages: dict[str, Any]) -> str:
+def request_hash(event_type: str, messages: dict[str, object]) -> str:
     """A digest of what a request asks for, insensitive to key order and whitespace."""
     canonical = json.dumps(
         {"type": event_type, "messages": messages}, sort_keys=True, separators=(",", ":"), ensure_ascii=False

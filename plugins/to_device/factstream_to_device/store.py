@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import time
-import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
+from factstream import HostApi
 from factstream_to_device.messages import ALL_DEVICES, Message
-from factstream_to_device.rows import DEVICES_TABLE, INBOX_TABLE, STREAM, TXNS_TABLE
+from factstream_to_device.rows import DEVICES_TABLE, STREAM, TXNS_TABLE, ToDeviceRow
 
 _CLAIM = f"""
 INSERT INTO {TXNS_TABLE} (sender, txn_id, request_hash, response, received_ts)
@@ -52,33 +51,23 @@ class SendResult:
     replayed: bool
 
 
-_stores: weakref.WeakKeyDictionary[Any, ToDeviceStore] = weakref.WeakKeyDictionary()
-
-
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
 class ToDeviceStore:
-    """To-device messages of one host process (``ToDeviceStore.of(host)``)."""
+    """To-device messages of one host process: ``host.state(ToDeviceStore)``."""
 
-    def __init__(self, host: Any) -> None:
+    def __init__(self, host: HostApi) -> None:
         self.host = host
         #: Devices this process has recorded as known (to skip the insert on every sync).
         self._known: set[tuple[str, str]] = set()
-
-    @classmethod
-    def of(cls, host: Any) -> ToDeviceStore:
-        store = _stores.get(host)
-        if store is None:
-            store = _stores[host] = cls(host)
-        return store
 
     async def send(
         self, sender: str, event_type: str, txn_id: str, request_hash: str, messages: Iterable[Message]
     ) -> SendResult:
         """Store the messages of one request once (see the module docstring); raises ``TxnConflict``."""
-        gen = self.host.id_generator(STREAM)
+        writer = self.host.stream(STREAM, ToDeviceRow)
         key = {"sender": sender, "txn_id": txn_id}
         async with self.host.database().transaction() as txn:
             cur = await txn.execute(_CLAIM, {**key, "hash": request_hash, "ts": now_ms()})
@@ -96,26 +85,28 @@ class ToDeviceStore:
                 for user_id, device_id in await cur.fetchall():
                     known.setdefault(str(user_id), []).append(str(device_id))
             ts = now_ms()
-            rows = [
-                {
-                    "entity": m.user_id,
-                    "device_id": device_id,
-                    "sender": sender,
-                    "message_type": event_type,
-                    "content": m.content,
-                    "received_ts": ts,
-                }
+            recipients = [
+                (m, device_id)
                 for m in messages
                 for device_id in (known.get(m.user_id, []) if m.device_id == ALL_DEVICES else [m.device_id])
             ]
-            ids: list[int] = []
-            if len(rows) == 1:
-                ids = [await gen.append_txn(txn, INBOX_TABLE, rows[0])]
-            elif rows:
-                ids = await gen.append_many_txn(txn, INBOX_TABLE, rows)
+            ids = await writer.append_many(
+                txn,
+                [ToDeviceRow(m.user_id) for m, _ in recipients],
+                columns=[
+                    {
+                        "device_id": device_id,
+                        "sender": sender,
+                        "message_type": event_type,
+                        "content": m.content,
+                        "received_ts": ts,
+                    }
+                    for m, device_id in recipients
+                ],
+            )
             response = json.dumps({"stored": len(ids)})
             await txn.execute(_RESPOND, {**key, "response": response})
-        return SendResult(response, [int(i) for i in ids], replayed=False)
+        return SendResult(response, ids, replayed=False)
 
     async def remember_device(self, user_id: str, device_id: str) -> None:
         """Make the device known to ``"*"`` sends (idempotent; once per process and device)."""

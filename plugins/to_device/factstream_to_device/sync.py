@@ -71,7 +71,7 @@ ON CONFLICT (user_id, device_id, instance_name) DO UPDATE SET stream_id = GREATE
 """
 
 
-async def sync_to_device(request: SyncRequest) -> list[dict[str, Any]]:
+async def sync_to_device(request: SyncRequest) -> list[dict[str, object]]:
     """The items of one device's ``/sync`` (see the module docstring); nothing without a device.
 
     Each item is ``{"stream_id", "instance", "type", "sender", "content"}`` with the content embedded
@@ -82,8 +82,8 @@ async def sync_to_device(request: SyncRequest) -> list[dict[str, Any]]:
         return []
     host = request.host
     user_id = request.user
-    await ToDeviceStore.of(host).remember_device(user_id, device_id)
-    inboxes = EmptyInboxes.of(host)
+    await host.state(ToDeviceStore).remember_device(user_id, device_id)
+    inboxes = host.state(EmptyInboxes)
     clear = inboxes.clear_upto(user_id, device_id)
     # Only positions above what is known to be empty can hold anything to delete or to deliver.
     since = {w: p for w, p in request.since.items() if p > clear.get(w, 0)}

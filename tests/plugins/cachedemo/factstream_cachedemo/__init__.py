@@ -9,9 +9,12 @@ Caches (all read ``cachedemo_values``):
 * ``demo_notes_by_author(author)``: invalidated by rows of the ``notes`` stream (an
   ``InvalidationSpec``) when the notes plugin is installed too.
 
-``DemoStore.of(host)`` gives each host its store. With ``FACTSTREAM_CACHEDEMO_CONTROL=PATH`` the
-plugin also runs a driver for real-process tests: it polls ``PATH`` for JSON commands addressed to its
-instance (``{"id", "instance", "op", ...}``) and appends one JSON result per command to ``PATH.out``.
+``host.state(DemoStore)`` gives each host its store. With ``FACTSTREAM_CACHEDEMO_CONTROL=PATH`` the
+plugin also runs a driver for real-process tests (a task of the host's, ``host.spawn``): it polls
+``PATH`` for JSON commands addressed to its instance (``{"id", "instance", "op", ...}``) and appends
+one JSON result per command to ``PATH.out``. (These switches are environment variables rather than
+plugin settings: ``FACTSTREAM_CACHEDEMO_NOTES`` decides what the plugin registers, before any
+settings are read.)
 """
 
 from __future__ import annotations
@@ -21,32 +24,29 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from factstream_caches import CacheInvalidationRow
+
 import factstream
-from factstream import CacheSpec, InvalidationSpec, MigrationSpec, cached, cached_specs
+from factstream import Caches, CacheSpec, HostApi, InvalidationSpec, MigrationSpec, cached, cached_specs
 
 POLL_SECONDS = 0.01
 
 
 class DemoStore:
-    """Reads values through caches; writes them with invalidations in the same transaction."""
+    """Reads values through caches; writes them with invalidations in the same transaction.
 
-    stores: dict[int, DemoStore] = {}
+    One per host: ``host.state(DemoStore)``.
+    """
 
-    def __init__(self, host: Any) -> None:
+    def __init__(self, host: HostApi) -> None:
         self.host = host
-        self.caches = host.caches
+        self.caches: Caches = host.caches
         self.loads = 0
-
-    @classmethod
-    def of(cls, host: Any) -> DemoStore:
-        store = cls.stores.get(id(host))
-        if store is None or store.host is not host:
-            store = cls.stores[id(host)] = cls(host)
-        return store
 
     async def _read(self, key: str) -> str | None:
         self.loads += 1
@@ -101,10 +101,15 @@ def register_caches(register: Callable[[CacheSpec], None]) -> None:
     register(CacheSpec("demo_notes_by_author", max_size=100))
 
 
+def _note_author(row: msgspec.Struct) -> Iterable[tuple[str]]:
+    """The key a row of the notes stream makes stale: its author."""
+    return [(str(getattr(row, "author", "")),)]
+
+
 @factstream.hookimpl
 def register_invalidations(register: Callable[[InvalidationSpec], None]) -> None:
     if os.environ.get("FACTSTREAM_CACHEDEMO_NOTES"):
-        register(InvalidationSpec(stream="notes", cache="demo_notes_by_author", keys=lambda row: [(row.author,)]))
+        register(InvalidationSpec(stream="notes", cache="demo_notes_by_author", keys=_note_author))
 
 
 @factstream.hookimpl
@@ -114,23 +119,12 @@ def register_migrations(register: Callable[[MigrationSpec], None]) -> None:
 
 # -- the driver for real processes ---------------------------------------------------------------------
 
-_tasks: dict[int, asyncio.Task[None]] = {}
-
 
 @factstream.hookimpl
-def startup(host: Any) -> None:
+def startup(host: HostApi) -> None:
     control = os.environ.get("FACTSTREAM_CACHEDEMO_CONTROL")
     if control:
-        _tasks[id(host)] = asyncio.get_running_loop().create_task(_drive(host, Path(control)), name="cachedemo")
-
-
-@factstream.hookimpl
-async def shutdown(host: Any) -> None:
-    task = _tasks.pop(id(host), None)
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        host.spawn(_drive(host, Path(control)), name="cachedemo")
 
 
 def _commands(control: Path) -> list[dict[str, Any]]:
@@ -150,7 +144,7 @@ def _answer(out: Path, result: dict[str, Any]) -> None:
         f.write(json.dumps(result) + "\n")
 
 
-async def _drive(host: Any, control: Path) -> None:
+async def _drive(host: HostApi, control: Path) -> None:
     done: set[str] = set()
     out = Path(f"{control}.out")
     while True:
@@ -166,8 +160,8 @@ async def _drive(host: Any, control: Path) -> None:
         await asyncio.sleep(POLL_SECONDS)
 
 
-async def _run(host: Any, command: dict[str, Any]) -> dict[str, Any]:
-    store = DemoStore.of(host)
+async def _run(host: HostApi, command: dict[str, Any]) -> dict[str, Any]:
+    store = host.state(DemoStore)
     op = command["op"]
     if op == "read":  # through the cache; "hit" says whether it was answered from it
         cache = host.caches.get(command["cache"])
@@ -194,12 +188,9 @@ async def _run(host: Any, command: dict[str, Any]) -> dict[str, Any]:
         ids = await store.change_room_state(command["room"], command["members"], command.get("values", {}))
         return {"stream_ids": ids, "committed_at": time.time()}
     if op == "bad_row":  # a row no cache can take, written straight into the caches stream
-        gen = host.id_generator("caches")
+        writer = host.stream("caches", CacheInvalidationRow)
         async with host.database().transaction() as txn:
-            sid = await gen.append_txn(
-                txn,
-                "cache_invalidation_stream_by_instance",
-                {"cache_func": command["cache_func"], "keys": command["keys"], "invalidation_ts": 0},
-            )
+            row = CacheInvalidationRow(command["cache_func"], command["keys"], 0)
+            sid = await writer.append(txn, row)
         return {"stream_ids": [sid]}
     raise ValueError(f"unknown op {op!r}")

@@ -4,17 +4,24 @@ Each row belongs to ``user_id`` (the stream's ``user_field``): it wakes that use
 only that user sees it in ``/sync``. Routes, one per access level:
 
 * ``POST /inbox/messages`` (writer): ``{"user_id": ..., "body": ...}`` or a list of them, appended in
-  one transaction; answers ``{"stream_ids": [...]}``.
+  one transaction; answers ``{"stream_ids": [...]}``. The body is decoded with msgspec and left to
+  fail as it does: the host answers a body that is not JSON (400 ``M_NOT_JSON``) or of the wrong shape
+  (400 ``M_BAD_JSON``) itself.
 * ``GET /inbox/whoami`` (user): ``{"user": request.state.user}``.
 * ``GET /inbox/ping`` (public): ``{"pong": true, "user": request.state.user}`` (always ``None``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
+from starlette.requests import Request
 
 import factstream
-from factstream import MigrationSpec, RouteSpec, StreamSpec, StreamTable
+from factstream import HostApi, MigrationSpec, RouteSpec, StreamSpec, StreamTable
+
+STREAM = "inbox"
 
 
 class InboxRow(msgspec.Struct, frozen=True):
@@ -24,38 +31,33 @@ class InboxRow(msgspec.Struct, frozen=True):
     body: str
 
 
-class NewMessage(msgspec.Struct, frozen=True):
-    user_id: str
-    body: str
-
-
-async def post_messages(request):
+async def post_messages(request: Request, host: HostApi) -> dict[str, list[int]]:
     """Append messages to the inbox stream."""
     payload = msgspec.json.decode(await request.body())
     items = payload if isinstance(payload, list) else [payload]
-    messages = msgspec.convert(items, list[NewMessage])
-    host = request.state.host
-    gen = host.id_generator("inbox")
+    messages = msgspec.convert(items, list[InboxRow])
+    writer = host.stream(STREAM, InboxRow)
     async with host.database().transaction() as txn:
-        ids = await gen.append_many_txn(txn, "inbox", [{"user_id": m.user_id, "body": m.body} for m in messages])
+        ids = await writer.append_many(txn, messages)
     return {"stream_ids": ids}
 
 
-async def whoami(request):
+async def whoami(request: Request, host: HostApi) -> dict[str, str | None]:
     """Who the bearer token stands for."""
-    return {"user": request.state.user}
+    user: str | None = request.state.user
+    return {"user": user}
 
 
-async def ping(request):
+async def ping(request: Request, host: HostApi) -> dict[str, object]:
     """A public route: no token needed."""
     return {"pong": True, "user": request.state.user}
 
 
 @factstream.hookimpl
-def register_streams(register):
+def register_streams(register: Callable[[StreamSpec], None]) -> None:
     register(
         StreamSpec(
-            name="inbox",
+            name=STREAM,
             row_type=InboxRow,
             tables=(StreamTable("inbox", "instance_name", "stream_id"),),
             sync_key="inbox_key",
@@ -66,12 +68,12 @@ def register_streams(register):
 
 
 @factstream.hookimpl
-def register_routes(register):
+def register_routes(register: Callable[[RouteSpec], None]) -> None:
     register(RouteSpec("/inbox/messages", post_messages, methods=("POST",), name="inbox_post"))
     register(RouteSpec("/inbox/whoami", whoami, name="inbox_whoami"))
     register(RouteSpec("/inbox/ping", ping, name="inbox_ping", access="public"))
 
 
 @factstream.hookimpl
-def register_migrations(register):
+def register_migrations(register: Callable[[MigrationSpec], None]) -> None:
     register(MigrationSpec.from_package("factstream_inbox.migrations"))

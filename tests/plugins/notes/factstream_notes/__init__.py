@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
 import factstream
@@ -15,7 +17,7 @@ class NoteRow(msgspec.Struct, frozen=True):
 
 
 @factstream.hookimpl
-def register_streams(register):
+def register_streams(register: Callable[[StreamSpec], None]) -> None:
     register(
         StreamSpec(
             name="notes",
@@ -27,5 +29,5 @@ def register_streams(register):
 
 
 @factstream.hookimpl
-def register_migrations(register):
+def register_migrations(register: Callable[[MigrationSpec], None]) -> None:
     register(MigrationSpec.from_package("factstream_notes.migrations"))

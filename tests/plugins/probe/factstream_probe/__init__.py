@@ -7,7 +7,8 @@ inside real ``factstream run`` processes:
 ``FACTSTREAM_PROBE_CONTROL=PATH``
     The writer polls this file (every 20 ms) for commands, one JSON object a line:
     ``{"id": "w1", "count": 600, "rate": 0, "batch": 1, "author_bytes": 0}``. It writes ``count``
-    notes in transactions of ``batch`` notes (``append_txn`` for one, ``append_many_txn`` for more),
+    notes in transactions of ``batch`` notes through the stream's writer (``append`` for one,
+    ``append_many`` for more),
     at most ``rate`` notes a second (0: as fast as it can), each with the author
     ``<instance>/<id>/<n>`` (padded with ``.`` to ``author_bytes`` characters). Commands run one at a
     time, in file order. When one ends, a line is appended to the acknowledgement file
@@ -20,8 +21,8 @@ inside real ``factstream run`` processes:
 ``FACTSTREAM_PROBE_ACK=PATH``
     Where acknowledgements go (default ``$FACTSTREAM_PROBE_CONTROL.ack``).
 ``FACTSTREAM_PROBE_RECORD=PATH``
-    ``on_rows`` appends one JSON line per received row: ``{"stream", "instance", "token", "author"}``,
-    flushed after each call.
+    ``on_rows`` appends one JSON line per received row: ``{"stream", "instance", "token", "author",
+    "local"}`` (``local``: a row this process wrote itself), flushed after each call.
 ``FACTSTREAM_PROBE_SLOW_MS=MS``
     ``on_rows`` sleeps (``asyncio.sleep``) this long per call: a slow reader.
 ``FACTSTREAM_PROBE_SLOW_FILE=PATH``
@@ -33,6 +34,10 @@ inside real ``factstream run`` processes:
 ``FACTSTREAM_PROBE_DUMP=PATH``
     On ``SIGUSR1``, append the stack of every asyncio task to this file (to see where a process that
     does not stop is stuck).
+
+These are environment variables rather than plugin settings on purpose: the tests set them per
+process, and the probe takes no configuration section (a host config names no ``plugins.probe``).
+The writer runs as a task of the host's (``host.spawn``), cancelled when the host stops.
 """
 
 from __future__ import annotations
@@ -44,20 +49,25 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import msgspec
+
 import factstream
+from factstream import HostApi
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.02
 SLOW_FILE_CHECK_SECONDS = 0.1
+#: The notes table's column besides the row's fields.
+BODY = {"body": "probe"}
 
 
 class _State:
     def __init__(self) -> None:
-        self.tasks: list[asyncio.Task[None]] = []
         self.record: TextIO | None = None
         self.slow_ms = 0.0
         self.slow_checked = 0.0
@@ -96,13 +106,15 @@ def _read_json_lines(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 # -- writing -------------------------------------------------------------------------------------------
 
 
-async def _run_command(host: Any, command: dict[str, Any], ack: str | None) -> None:
+async def _run_command(host: HostApi, command: dict[str, Any], ack: str | None) -> None:
+    from factstream_notes import NoteRow  # the notes plugin is installed next to the probe
+
     cid = str(command.get("id", "?"))
     count = int(command.get("count", 0))
     rate = float(command.get("rate", 0) or 0)
     batch = max(1, int(command.get("batch", 1) or 1))
     author_bytes = int(command.get("author_bytes", 0) or 0)
-    gen = host.id_generator("notes")
+    writer = host.stream("notes", NoteRow)
     written = 0
     first: int | None = None
     last: int | None = None
@@ -118,15 +130,14 @@ async def _run_command(host: Any, command: dict[str, Any], ack: str | None) -> N
                 if delay > 0:
                     await asyncio.sleep(delay)
             n = min(batch, count - written)
-            rows = []
-            for i in range(written, written + n):
-                author = f"{host.instance_name}/{cid}/{i}"
-                rows.append({"author": author.ljust(author_bytes, "."), "body": "probe"})
+            rows = [
+                NoteRow(f"{host.instance_name}/{cid}/{i}".ljust(author_bytes, ".")) for i in range(written, written + n)
+            ]
             async with host.database().transaction() as txn:
                 if n == 1:
-                    ids = [await gen.append_txn(txn, "notes", rows[0])]
+                    ids = [await writer.append(txn, rows[0], columns=BODY)]
                 else:
-                    ids = await gen.append_many_txn(txn, "notes", rows)
+                    ids = await writer.append_many(txn, rows, columns=[BODY] * n)
             written += n
             first = ids[0] if first is None else first
             last = ids[-1]
@@ -139,13 +150,13 @@ async def _run_command(host: Any, command: dict[str, Any], ack: str | None) -> N
         log.exception("probe command %s failed", cid)
     finally:
         if ack:
-            entry = {"id": cid, "status": status, "written": written, "first": first, "last": last}
+            entry: dict[str, Any] = {"id": cid, "status": status, "written": written, "first": first, "last": last}
             if error:
                 entry["error"] = error
             _append_json(ack, entry)
 
 
-async def _writer(host: Any) -> None:
+async def _writer(host: HostApi) -> None:
     ack = _ack_path()
     fixed = os.environ.get("FACTSTREAM_PROBE_WRITE")
     if fixed:
@@ -177,13 +188,12 @@ def _dump_tasks(path: str) -> None:
 
 
 @factstream.hookimpl
-def startup(host: Any) -> None:
-    loop = asyncio.get_running_loop()
+def startup(host: HostApi) -> None:
     if os.environ.get("FACTSTREAM_PROBE_WRITE") or os.environ.get("FACTSTREAM_PROBE_CONTROL"):
-        _state.tasks.append(loop.create_task(_writer(host), name="probe-writer"))
+        host.spawn(_writer(host), name="probe-writer")
     dump = os.environ.get("FACTSTREAM_PROBE_DUMP")
     if dump:
-        loop.add_signal_handler(signal.SIGUSR1, _dump_tasks, dump)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _dump_tasks, dump)
     _record_file()
     ready = os.environ.get("FACTSTREAM_PROBE_READY")
     if ready:
@@ -191,13 +201,8 @@ def startup(host: Any) -> None:
 
 
 @factstream.hookimpl
-async def shutdown(host: Any) -> None:
-    for task in _state.tasks:
-        task.cancel()
-    for task in _state.tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    _state.tasks.clear()
+def shutdown(host: HostApi) -> None:
+    # The writer task, if any, was cancelled by the host before this hook runs.
     if _state.record is not None:
         _state.record.close()
         _state.record = None
@@ -228,11 +233,21 @@ def _slow_seconds() -> float:
 
 
 @factstream.hookimpl
-async def on_rows(host: Any, stream: str, instance: str, token: int, rows: list[Any]) -> None:
+async def on_rows(
+    host: HostApi, stream: str, instance: str, token: int, rows: Sequence[msgspec.Struct], local: bool
+) -> None:
     record = _record_file()
     if record is not None:
         lines = [
-            json.dumps({"stream": stream, "instance": instance, "token": token, "author": getattr(r, "author", None)})
+            json.dumps(
+                {
+                    "stream": stream,
+                    "instance": instance,
+                    "token": token,
+                    "author": getattr(r, "author", None),
+                    "local": local,
+                }
+            )
             for r in rows
         ]
         record.write("\n".join(lines) + "\n")
