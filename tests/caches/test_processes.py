@@ -7,74 +7,32 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.replication.test_processes import PLUGINS, Process, free_port, read_json_lines, until
+from factstream.testing import ProcessCluster, read_json_lines, wait_until
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 
 
 class Pair:
-    """main and worker1 as processes, and the demo driver's control file."""
+    """main and worker1 as processes (a ``process_cluster``), and the demo driver's control file."""
 
-    def __init__(self, workdir: Path, database_url: str, env: dict[str, str]) -> None:
-        self.workdir = workdir
-        self.control = workdir / "control.jsonl"
-        self.out = workdir / "control.jsonl.out"
-        self.env = {
-            **env,
-            "COLUMNS": "200",
-            "NO_COLOR": "1",
-            "PYTHONUNBUFFERED": "1",
-            "FACTSTREAM_CACHEDEMO_CONTROL": str(self.control),
-        }
-        port = free_port()
-        self.config = workdir / "factstream.yaml"
-        self.config.write_text(
-            yaml.safe_dump(
-                {
-                    "deployment": f"caches-{uuid.uuid4().hex[:8]}",
-                    "state_dir": str(workdir / "state"),
-                    "database": {"url": database_url},
-                    "instance_map": {
-                        "main": {"host": "127.0.0.1", "replication_port": port},
-                        "worker1": {"host": "127.0.0.1"},
-                    },
-                    "stream_writers": {"notes": ["main"]},
-                }
-            )
-        )
-        self.processes: list[Process] = []
+    def __init__(self, cluster: ProcessCluster) -> None:
+        self.cluster = cluster
+        self.control = cluster.workdir / "control.jsonl"
+        self.out = cluster.workdir / "control.jsonl.out"
+        cluster.env["FACTSTREAM_CACHEDEMO_CONTROL"] = str(self.control)
+        cluster.configure(stream_writers={"notes": ["main"]})
         self._n = 0
-
-    def migrate(self) -> None:
-        import subprocess
-        import sys
-
-        result = subprocess.run(
-            [sys.executable, "-m", "factstream", "-c", str(self.config), "migrate"],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            cwd=self.workdir,
-            timeout=120,
-        )
-        assert result.returncode == 0, f"migrate failed:\n{result.stdout}\n{result.stderr}"
 
     def start(self) -> None:
         for name in ("main", "worker1"):
-            proc = Process(name, name, self.config, self.env, self.workdir)
-            self.processes.append(proc)
-            proc.start()
-            proc.wait_started()
+            self.cluster.start(name)
         # worker1 follows main once a write made on main shows up there.
         sid = self.ask("main", "set", key="warm-up", value="1")["stream_ids"][0]
         self.ask("worker1", "read", cache="demo_values", method="get_value", args=["warm-up"], wait_for=sid)
@@ -90,8 +48,8 @@ class Pair:
         def answered() -> dict[str, Any] | None:
             return next((r for r in read_json_lines(self.out) if r.get("id") == cid), None)
 
-        answer: dict[str, Any] = until(answered, timeout, f"an answer to {cid}", self.logs)
-        assert "error" not in answer, f"{cid} failed: {answer['error']}{self.logs()}"
+        answer: dict[str, Any] = wait_until(answered, timeout, f"an answer to {cid}", detail=self.cluster.logs)
+        assert "error" not in answer, f"{cid} failed: {answer['error']}{self.cluster.logs()}"
         return answer
 
     def ask(self, instance: str, op: str, **fields: Any) -> dict[str, Any]:
@@ -104,26 +62,16 @@ class Pair:
         return {name: {tuple(k) for k in keys} for name, keys in self.ask("worker1", "keys")["keys"].items()}
 
     def logs(self) -> str:
-        return "".join(f"\n--- {p.name} ---\n{p.tail(40)}" for p in self.processes)
-
-    def stop(self) -> None:
-        for proc in reversed(self.processes):
-            proc.kill()
+        return self.cluster.logs()
 
 
 @pytest.fixture
-def pair(plugin_installer, fresh_database, tmp_path) -> Iterator[Pair]:
+def pair(plugin_installer, process_cluster) -> Pair:
     for project in ("notes", "probe", "cachedemo"):
         plugin_installer.from_project(PLUGINS / project)
-    p = Pair(tmp_path, fresh_database, plugin_installer.env())
-    p.migrate()
+    p = Pair(process_cluster)
     p.start()
-    try:
-        yield p
-    finally:
-        p.stop()
-        for proc in p.processes:
-            print(f"===== {proc.name} log =====\n{proc.tail(200)}")
+    return p
 
 
 def test_per_key_and_whole_cache_invalidation_reach_the_worker_process_within_a_round_trip(pair):
@@ -184,6 +132,6 @@ def test_a_worker_waiting_for_the_position_never_reads_stale_values_and_bad_rows
         sid = pair.ask("main", "set", key="k", value=str(i))["stream_ids"][0]
         assert pair.read("get_value", "k", wait_for=sid)["value"] == str(i)
 
-    log = pair.processes[1].log()
+    log = pair.cluster.processes["worker1"].log()
     assert log.count("skipped a caches-stream row") == 3, pair.logs()
     assert "no cache named 'no_such_cache'" in log

@@ -8,112 +8,70 @@ nothing new until the next write; tokens minted by one instance work on the othe
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 
-from factstream.migrate import Migrator
-from tests.host.conftest import INBOX_PROJECT, TOKENS, free_port, installed_plugins
+from factstream.testing import ProcessCluster, free_port, until
+from tests.host.conftest import INBOX_PROJECT, TOKENS
 
 pytestmark = pytest.mark.slow
 
-START_TIMEOUT = 30.0
-
 
 class Cluster:
-    def __init__(self, workdir: Path, database_url: str, env: dict[str, str]) -> None:
-        self.workdir = workdir
+    """main (HTTP port from instance_map) and worker1 (``--http-port``, the CLI override) as processes."""
+
+    def __init__(self, processes: ProcessCluster) -> None:
+        self.processes = processes
         self.ports = {"main": free_port(), "worker1": free_port()}
-        self.config = workdir / "factstream.yaml"
-        self.config.write_text(
-            yaml.safe_dump(
-                {
-                    "deployment": "httpproc",
-                    "state_dir": str(workdir / "state"),
-                    "database": {"url": database_url},
-                    "instance_map": {
-                        "main": {"host": "127.0.0.1", "replication_port": free_port(), "http_port": self.ports["main"]},
-                        # worker1's port comes from --http-port (the CLI override)
-                        "worker1": {"host": "127.0.0.1"},
-                    },
-                    "stream_writers": {"inbox": ["main"]},
-                    "http": {"tokens": TOKENS},
-                }
-            )
+        processes.env["FACTSTREAM_LOAD_PLUGINS"] = "inbox"
+        processes.configure(
+            # worker1's port comes from --http-port (the CLI override)
+            instance_map={"main": {"http_port": self.ports["main"]}},
+            stream_writers={"inbox": ["main"]},
+            http={"tokens": TOKENS},
         )
-        self.env = {**env, "FACTSTREAM_LOAD_PLUGINS": "inbox", "NO_COLOR": "1", "COLUMNS": "200"}
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str) -> None:
-        args = [sys.executable, "-m", "factstream", "-c", str(self.config), "-v", "run", "--instance", name]
-        if name == "worker1":
-            args += ["--http-port", str(self.ports[name])]
-        with open(self.workdir / f"{name}.log", "ab") as log:
-            self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        args = ["--http-port", str(self.ports[name])] if name == "worker1" else []
+        self.processes.start(name, args=args, wait=False)
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.ports[name]}"
 
     def logs(self) -> str:
-        return "\n".join(
-            f"----- {name} -----\n{(self.workdir / f'{name}.log').read_text(errors='replace')[-4000:]}"
-            for name in self.procs
-        )
+        return self.processes.logs(lines=4000)
 
     async def wait_healthy(self, name: str, *, connected: bool) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
+        proc = self.processes.processes[name]
         async with httpx.AsyncClient(base_url=self.url(name), timeout=2) as http:
-            while True:
-                proc = self.procs[name]
-                if proc.poll() is not None:
-                    raise AssertionError(f"{name} exited with {proc.returncode}\n{self.logs()}")
+
+            async def healthy() -> bool:
+                if not proc.running:
+                    raise AssertionError(f"{name} exited with {proc.popen and proc.popen.returncode}\n{self.logs()}")
                 try:
                     health = (await http.get("/health")).json()
-                    if not connected or health["replication"]["connected"]:
-                        return
                 except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"{name} did not become healthy\n{self.logs()}")
-                await asyncio.sleep(0.1)
+                    return False
+                return not connected or bool(health["replication"]["connected"])
 
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            await until(healthy, START_TIMEOUT, f"{name} to become healthy", interval=0.1, detail=self.logs)
+
+
+START_TIMEOUT = 30.0
 
 
 @pytest.fixture
-async def cluster(plugin_installer, fresh_database, tmp_path) -> AsyncIterator[Cluster]:
+async def cluster(plugin_installer, process_cluster) -> Cluster:
     plugin_installer.from_project(INBOX_PROJECT)
-    migrator = Migrator(fresh_database, installed_plugins(plugin_installer))
-    migrator.upgrade()
-    migrator.close()
-    cluster = Cluster(tmp_path, fresh_database, plugin_installer.env())
-    try:
-        cluster.start("main")
-        await cluster.wait_healthy("main", connected=False)
-        cluster.start("worker1")
-        await cluster.wait_healthy("worker1", connected=True)
-        yield cluster
-    finally:
-        cluster.stop()
-        if os.environ.get("FACTSTREAM_SHOW_LOGS"):
-            print(cluster.logs())
+    cluster = Cluster(process_cluster)
+    cluster.start("main")
+    await cluster.wait_healthy("main", connected=False)
+    cluster.start("worker1")
+    await cluster.wait_healthy("worker1", connected=True)
+    return cluster
 
 
 def items(response: httpx.Response) -> list[dict[str, Any]]:

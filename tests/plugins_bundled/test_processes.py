@@ -2,9 +2,9 @@
 worker1, Redis replication (a dedicated redis-server; worker1 reaches it through a proxy that can
 cut it off), the HTTP API, and clients that write to the writers and sync through worker1.
 
-The probe test plugin (tests/plugins/probe) reports when a process has started and records every
-row worker1 receives (stream, writer, token), so "in order, once" is checked on what replication
-delivered, against the stream IDs in the database.
+The probe test plugin (tests/plugins/probe) records every row worker1 receives (stream, writer,
+token), so "in order, once" is checked on what replication delivered, against the stream IDs in the
+database.
 """
 
 from __future__ import annotations
@@ -13,32 +13,29 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
-import yaml
 
 from factstream.db.engine import libpq_url
-from tests.replication.test_processes import (
-    PLUGINS,
-    Process,
-    Proxy,
+from factstream.testing import (
+    FactstreamProcess,
+    ProcessCluster,
+    RedisServer,
+    TcpProxy,
     free_port,
     read_json_lines,
-    redis_server,  # noqa: F401  (fixture)
-    until,
+    wait_until,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
+
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 
 #: The soak test's length in seconds (``FACTSTREAM_SOAK_SECONDS`` shortens it for quick local runs).
 SOAK_SECONDS = float(os.environ.get("FACTSTREAM_SOAK_SECONDS", "60"))
@@ -51,56 +48,46 @@ def token_of(user: str) -> str:
 
 
 class Deployment:
-    """Config files, the processes, HTTP clients per instance, and the database."""
+    """A ``process_cluster`` (main, writer2, worker1 over Redis; worker1 through a proxy), HTTP clients per
+    instance, and the database."""
 
-    def __init__(self, workdir: Path, database_url: str, redis_port: int, env: dict[str, str]) -> None:
-        self.workdir = workdir
-        self.database_url = database_url
-        self.record = workdir / "worker1.record.jsonl"
-        self.proxy = Proxy(redis_port)
+    def __init__(self, cluster: ProcessCluster, redis: RedisServer) -> None:
+        self.cluster = cluster
+        self.redis = redis
+        self.database_url = cluster.database_url
+        self.record = cluster.workdir / "worker1.record.jsonl"
+        self.proxy = TcpProxy(redis.port)
         self.proxy.start()
-        self.env = {**env, "COLUMNS": "200", "NO_COLOR": "1", "PYTHONUNBUFFERED": "1"}
-        for key in [k for k in self.env if k.startswith("FACTSTREAM_PROBE_")]:
-            del self.env[key]
+        cluster.cleanups.append(self.proxy.close)
+        for key in [k for k in cluster.env if k.startswith("FACTSTREAM_PROBE_")]:
+            del cluster.env[key]
         self.http = {name: free_port() for name in ("main", "writer2", "worker1")}
-        data: dict[str, Any] = {
-            "deployment": f"bundled-{uuid.uuid4().hex[:8]}",
-            "state_dir": str(workdir / "state"),
-            "database": {"url": database_url},
-            "instance_map": {name: {"host": "127.0.0.1", "http_port": port} for name, port in self.http.items()},
-            "stream_writers": {"account_data": ["main", "writer2"], "to_device": ["main", "writer2"]},
-            "http": {
+        cluster.configure(
+            instances=list(self.http),
+            instance_map={name: {"http_port": port} for name, port in self.http.items()},
+            stream_writers={"account_data": ["main", "writer2"], "to_device": ["main", "writer2"]},
+            http={
                 "tokens": {token_of(u): {"user": u, "write": True} for u in USERS},
                 "sync_timeout_max_seconds": 5,
             },
+        )
+        self.configs = {
+            name: cluster.config(name, redis_url=f"redis://127.0.0.1:{port}/0")
+            for name, port in (("direct", redis.port), ("proxied", self.proxy.port))
         }
-        self.configs = {}
-        for name, port in (("direct", redis_port), ("proxied", self.proxy.port)):
-            path = workdir / f"{name}.yaml"
-            path.write_text(yaml.safe_dump({**data, "redis": {"url": f"redis://127.0.0.1:{port}/0"}}))
-            self.configs[name] = path
-        self.processes: dict[str, Process] = {}
+
+    @property
+    def processes(self) -> dict[str, FactstreamProcess]:
+        return self.cluster.processes
 
     def migrate(self) -> None:
-        result = subprocess.run(
-            [sys.executable, "-m", "factstream", "-c", str(self.configs["direct"]), "migrate"],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            cwd=self.workdir,
-            timeout=120,
-        )
-        assert result.returncode == 0, f"migrate failed:\n{result.stdout}\n{result.stderr}"
+        self.cluster.migrate(self.configs["direct"])
 
-    def start(self, name: str) -> Process:
-        proc = self.processes.get(name)
-        if proc is None:
-            env = {**self.env, "FACTSTREAM_PROBE_RECORD": str(self.record)} if name == "worker1" else self.env
-            config = self.configs["proxied" if name == "worker1" else "direct"]
-            proc = self.processes[name] = Process(name, name, config, env, self.workdir)
-        proc.start()
-        proc.wait_started()
-        until(lambda: self._healthy(name), 30, f"{name} to answer /health", self.logs)
+    def start(self, name: str) -> FactstreamProcess:
+        env = {"FACTSTREAM_PROBE_RECORD": str(self.record)} if name == "worker1" else {}
+        config = self.configs["proxied" if name == "worker1" else "direct"]
+        proc = self.cluster.start(name, config, env=env)
+        wait_until(lambda: self._healthy(name), 30, f"{name} to answer /health", detail=self.logs)
         return proc
 
     def _healthy(self, name: str) -> bool:
@@ -130,26 +117,15 @@ class Deployment:
             return conn.execute(sql).fetchall()
 
     def logs(self, lines: int = 40) -> str:
-        return "".join(f"\n--- {p.name} ---\n{p.tail(lines)}" for p in self.processes.values())
-
-    def stop(self) -> None:
-        for proc in self.processes.values():
-            proc.kill()
-        self.proxy.close()
+        return self.cluster.logs(lines)
 
 
 @pytest.fixture
-def deployment(plugin_installer, fresh_database, tmp_path, redis_server) -> Iterator[Deployment]:  # noqa: F811
+def deployment(plugin_installer, process_cluster, redis_server) -> Deployment:
     plugin_installer.from_project(PLUGINS / "probe")
-    d = Deployment(tmp_path, fresh_database, redis_server.port, plugin_installer.env())
-    d.redis = redis_server  # type: ignore[attr-defined]
+    d = Deployment(process_cluster, redis_server)
     d.migrate()
-    try:
-        yield d
-    finally:
-        d.stop()
-        for proc in d.processes.values():
-            print(f"===== {proc.name} log =====\n{proc.tail(150)}")
+    return d
 
 
 def sync(client: httpx.Client, since: str | None, device: str, timeout_ms: int = 0) -> dict[str, Any]:
@@ -181,7 +157,7 @@ def test_changes_and_messages_written_while_the_worker_is_cut_off_all_arrive_in_
     alice, bob = d.client("main", "@alice:hs"), d.client("worker1", "@bob:hs")
     warm = alice.put("/user/@alice:hs/account_data/m.warm", json={})
     assert warm.status_code == 200, warm.text
-    until(lambda: d.recorded("account_data"), 30, "worker1 following the account_data stream", d.logs)
+    wait_until(lambda: d.recorded("account_data"), 30, "worker1 following the account_data stream", detail=d.logs)
     first = sync(bob, None, "PHONE")  # Bob's phone is known from now on
     assert first["streams"] == {}
 
@@ -201,8 +177,8 @@ def test_changes_and_messages_written_while_the_worker_is_cut_off_all_arrive_in_
     d.proxy.accept()
     expected_ad, expected_td = d.stream_ids("account_data_stream"), d.stream_ids("device_inbox")
     assert (len(expected_ad), len(expected_td)) == (106, 101)
-    until(lambda: len(d.recorded("to_device")) >= 101, 60, "worker1 catching up", d.logs)
-    until(lambda: len(d.recorded("account_data")) >= 106, 60, "worker1 catching up", d.logs)
+    wait_until(lambda: len(d.recorded("to_device")) >= 101, 60, "worker1 catching up", detail=d.logs)
+    wait_until(lambda: len(d.recorded("account_data")) >= 106, 60, "worker1 catching up", detail=d.logs)
     time.sleep(1.0)  # anything duplicated would show up now
     assert in_order_once(d.recorded("account_data"), expected_ad) == []
     assert in_order_once(d.recorded("to_device"), expected_td) == []
@@ -284,7 +260,7 @@ def test_soak_random_writes_on_two_writers_while_the_worker_restarts(deployment)
     devices = {(u, dev): SyncingDevice(d, u, dev, stop_syncing) for u in USERS for dev in DEVICES}
     for device in devices.values():
         device.start()
-    until(lambda: all(dv.responses for dv in devices.values()), 30, "every device syncing", d.logs)
+    wait_until(lambda: all(dv.responses for dv in devices.values()), 30, "every device syncing", detail=d.logs)
 
     rng = random.Random(7)
     sent: dict[tuple[str, str], list[str]] = {key: [] for key in devices}
@@ -328,7 +304,7 @@ def test_soak_random_writes_on_two_writers_while_the_worker_restarts(deployment)
     def delivered() -> bool:
         return all(len(devices[key].messages) >= len(ids) for key, ids in sent.items())
 
-    until(delivered, 60, "every device receiving its messages", d.logs)
+    wait_until(delivered, 60, "every device receiving its messages", detail=d.logs)
     time.sleep(2.0)  # a duplicate would arrive now
     stop_syncing.set()
     for device in devices.values():

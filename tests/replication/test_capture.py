@@ -16,7 +16,7 @@ from factstream.db.engine import libpq_url
 from factstream.host.app import Host
 from factstream.replication import stream as stream_module
 from factstream.replication import wire
-from tests.replication.test_replication import until
+from factstream.testing import HostCluster, until
 
 TYPED = """
     import datetime
@@ -91,10 +91,10 @@ class Wire:
         replicated.update = counted
 
 
-async def connected_pair(make_hosts) -> tuple[Host, Host]:
-    main = await make_hosts("main", writers=("main",))
-    worker = await make_hosts("worker1", writers=("main",))
-    await until(lambda: "typed" in next(iter(worker.handler._connected.values()), set()))
+async def connected_pair(host_cluster: HostCluster) -> tuple[Host, Host]:
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "typed")
     return main, worker
 
 
@@ -110,8 +110,8 @@ def tokens(lines: list[bytes]) -> list[int]:
     return [int(line.split(b" ", 4)[3]) for line in lines]
 
 
-async def test_captured_rows_go_out_exactly_as_read_back_rows_would(typed_db, make_hosts):
-    main, worker = await connected_pair(make_hosts)
+async def test_captured_rows_go_out_exactly_as_read_back_rows_would(typed_db, host_cluster):
+    main, worker = await connected_pair(host_cluster)
     wire = Wire(main, "typed")
     gen = main.id_generator("typed")
 
@@ -129,8 +129,8 @@ async def test_captured_rows_go_out_exactly_as_read_back_rows_would(typed_db, ma
     assert b'"ADA0.0!"' in wire.lines[0] and b'"2.00"' in wire.lines[5]  # trigger and numeric as stored
 
 
-async def test_facts_the_capture_lacks_are_read_back_in_order(typed_db, make_hosts):
-    main, worker = await connected_pair(make_hosts)
+async def test_facts_the_capture_lacks_are_read_back_in_order(typed_db, host_cluster):
+    main, worker = await connected_pair(host_cluster)
     wire = Wire(main, "typed")
     gen = main.id_generator("typed")
     db = main.database()
@@ -161,9 +161,9 @@ async def test_facts_the_capture_lacks_are_read_back_in_order(typed_db, make_hos
     assert received == [(t, a) for t, a in zip(committed, ["a", "b", "by hand", "c", "d"], strict=True)]
 
 
-async def test_past_its_limit_the_capture_gives_way_to_reading_back(typed_db, make_hosts, monkeypatch):
+async def test_past_its_limit_the_capture_gives_way_to_reading_back(typed_db, host_cluster, monkeypatch):
     monkeypatch.setattr(stream_module, "CAPTURE_LIMIT_ROWS", 10)
-    main, worker = await connected_pair(make_hosts)
+    main, worker = await connected_pair(host_cluster)
     wire = Wire(main, "typed")
     gen = main.id_generator("typed")
 

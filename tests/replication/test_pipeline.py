@@ -11,7 +11,7 @@ import importlib
 
 import pytest
 
-from tests.replication.test_replication import until
+from factstream.testing import until
 
 PROBE = """
     import factstream
@@ -62,10 +62,10 @@ async def _write(host, authors, *, per_txn=1):
     return ids
 
 
-async def test_a_plugin_in_on_rows_and_a_waiter_after_the_advance_both_see_the_invalidation(probe, make_hosts):
-    main = await make_hosts("main")
-    worker = await make_hosts("worker1")
-    await until(lambda: worker.handler.following("notes"))
+async def test_a_plugin_in_on_rows_and_a_waiter_after_the_advance_both_see_the_invalidation(probe, host_cluster):
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "notes")
     authors = [f"@a{i}:hs" for i in range(40)]
     _stale(worker, authors)
 
@@ -84,8 +84,8 @@ async def test_a_plugin_in_on_rows_and_a_waiter_after_the_advance_both_see_the_i
     assert tokens == sorted(tokens) and set(tokens) == set(ids)
 
 
-async def test_a_writers_own_rows_reach_on_rows_locally_in_order_once(probe, make_hosts):
-    main = await make_hosts("main")
+async def test_a_writers_own_rows_reach_on_rows_locally_in_order_once(probe, host_cluster):
+    main = await host_cluster("main")
     authors = [f"@w{i}:hs" for i in range(30)]
     _stale(main, authors)
 
@@ -108,8 +108,8 @@ async def test_a_writers_own_rows_reach_on_rows_locally_in_order_once(probe, mak
     assert {h for s in local for h in s[5]} == {"absent"}
 
 
-async def test_rows_of_a_rolled_back_transaction_never_reach_on_rows(probe, make_hosts):
-    main = await make_hosts("main")
+async def test_rows_of_a_rolled_back_transaction_never_reach_on_rows(probe, host_cluster):
+    main = await host_cluster("main")
     notes = importlib.import_module("factstream_notes")
     writer = main.api.stream("notes", notes.NoteRow)
     with pytest.raises(RuntimeError):

@@ -20,17 +20,9 @@ The process logs (``-v``: INFO) are printed at teardown, so a failing test shows
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
 import json
-import os
-import shutil
 import signal
-import socket
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -39,338 +31,48 @@ from typing import Any
 
 import psycopg
 import pytest
-import yaml
 
 from factstream.db.engine import libpq_url
+from factstream.testing import FactstreamProcess, ProcessCluster, TcpProxy, read_json_lines, wait_until
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = ROOT / "tests" / "plugins"
-START_TIMEOUT = 30.0
 CATCH_UP_TIMEOUT = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def until(predicate: Callable[[], Any], timeout: float, what: str, on_timeout: Callable[[], str] | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            detail = on_timeout() if on_timeout else ""
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
-        time.sleep(0.05)
-
-
-def read_json_lines(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in text.splitlines():
-        with contextlib.suppress(ValueError):  # a line being written
-            out.append(json.loads(line))
-    return out
-
-
-# -- processes ---------------------------------------------------------------------------------------------
-
-
-class Process:
-    """One ``factstream run --instance NAME`` process, restartable; its output goes to a log file."""
-
-    def __init__(self, name: str, instance: str, config: Path, env: dict[str, str], workdir: Path) -> None:
-        self.name = name
-        self.instance = instance
-        self.config = config
-        self.env = env
-        self.workdir = workdir
-        self.log_path = workdir / f"{name}.log"
-        self.ready_path = workdir / f"{name}.ready"
-        self.dump_path = workdir / f"{name}.tasks"
-        self.popen: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        assert self.popen is None or self.popen.poll() is not None, f"{self.name} is already running"
-        self.starts += 1
-        env = {**self.env, "FACTSTREAM_PROBE_READY": str(self.ready_path), "FACTSTREAM_PROBE_DUMP": str(self.dump_path)}
-        with open(self.log_path, "ab") as log:
-            log.write(f"===== start #{self.starts} of {self.name} =====\n".encode())
-            log.flush()
-            self.popen = subprocess.Popen(
-                [sys.executable, "-m", "factstream", "-c", str(self.config), "-v", "run", "--instance", self.instance],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.workdir,
-            )
-
-    def wait_started(self, timeout: float = START_TIMEOUT) -> None:
-        assert self.popen is not None
-        pid = self.popen.pid
-
-        def started() -> bool:
-            if self.popen is not None and self.popen.poll() is not None:
-                raise AssertionError(f"{self.name} exited with {self.popen.returncode}:\n{self.tail()}")
-            return any(e.get("event") == "started" and e.get("pid") == pid for e in read_json_lines(self.ready_path))
-
-        until(started, timeout, f"{self.name} to start", lambda: f"\n{self.tail()}")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
-        """Send ``sig`` and wait for the exit; returns the exit code."""
-        assert self.popen is not None
-        self.popen.send_signal(sig)
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.popen.send_signal(signal.SIGUSR1)  # the probe dumps the asyncio tasks
-            time.sleep(1.0)
-            self.popen.kill()
-            self.popen.wait(5)
-            dump = self.dump_path.read_text(errors="replace") if self.dump_path.exists() else "(no task dump)"
-            raise AssertionError(
-                f"{self.name} did not exit within {timeout:.0f}s of {sig!r}:\n{self.tail()}\n{dump}"
-            ) from None
-
-    def kill(self) -> None:
-        if self.popen is not None and self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(5)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
-
-    def log(self) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-        return "\n".join(line.rstrip() for line in text.splitlines())  # rich pads lines to the width
-
-    def tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log().splitlines()[-lines:])
-
-
-class RedisServer:
-    """A dedicated ``redis-server`` on a free port, without persistence; it can be restarted."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.workdir = workdir
-        self.log_path = workdir / "redis-server.log"
-        self.popen: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        binary = shutil.which("redis-server")
-        assert binary
-        with open(self.log_path, "ab") as log:
-            self.popen = subprocess.Popen(
-                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-            )
-        until(self._pings, 10, "redis-server to answer PING", lambda: f"\n{self.log_path.read_text(errors='replace')}")
-
-    def _pings(self) -> bool:
-        try:
-            return bool(self.client().ping())
-        except Exception:
-            return False
-
-    def client(self) -> Any:
-        import redis
-
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, socket_connect_timeout=2)
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def stop(self) -> None:
-        if self.popen is not None and self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
-
-
-class Proxy:
-    """A TCP proxy (own thread and event loop) that can drop its connections and refuse new ones."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.port = free_port()
-        self.accepted = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="proxy", daemon=True)
-        self._server: asyncio.Server | None = None
-        self._links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
-
-    def _call(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
-
-    def start(self) -> None:
-        self._thread.start()
-        self.accept()
-
-    def accept(self) -> None:
-        """Listen (again) for new connections."""
-
-        async def listen() -> None:
-            if self._server is None:
-                self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-
-        self._call(listen())
-
-    def refuse(self) -> None:
-        """Stop listening: new connections are refused; established ones are kept."""
-
-        async def close() -> None:
-            if self._server is not None:
-                self._server.close()
-                self._server = None
-
-        self._call(close())
-
-    def drop(self) -> int:
-        """Abort every established connection (both sides); returns how many there were."""
-
-        async def abort() -> int:
-            links = list(self._links)
-            for down, up in links:
-                down.transport.abort()
-                up.transport.abort()
-            return len(links)
-
-        return int(self._call(abort()))
-
-    def connections(self) -> int:
-        async def count() -> int:
-            return len(self._links)
-
-        return int(self._call(count()))
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        except OSError:
-            writer.transport.abort()
-            return
-        self.accepted += 1
-        link = (writer, up_writer)
-        self._links.add(link)
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            try:
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            except (ConnectionError, OSError):
-                pass
-            finally:
-                dst.close()
-
-        try:
-            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-        finally:
-            self._links.discard(link)
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.refuse()
-            self.drop()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
 
 
 # -- the cluster -------------------------------------------------------------------------------------------
 
 
-class Cluster:
-    """A migrated database, config files, the main and worker processes and the probe's files."""
+class Cluster(ProcessCluster):
+    """A ``process_cluster`` with the probe's files: main writes notes on command, worker1 records rows."""
 
     def __init__(self, workdir: Path, database_url: str, env: dict[str, str]) -> None:
-        self.workdir = workdir
-        self.database_url = database_url
-        self.deployment = f"probe-{uuid.uuid4().hex[:8]}"
-        self.main_port = free_port()
+        env = {k: v for k, v in env.items() if not k.startswith("FACTSTREAM_PROBE_")}
+        super().__init__(workdir, database_url, env, deployment=f"probe-{uuid.uuid4().hex[:8]}")
+        self.configure(stream_writers={"notes": ["main"]})
         self.control = workdir / "control.jsonl"
         self.ack_path = workdir / "control.jsonl.ack"
         self.record = workdir / "worker1.record.jsonl"
         self.slow_file = workdir / "worker1.slow"
-        self.env = {**env, "COLUMNS": "200", "NO_COLOR": "1", "PYTHONUNBUFFERED": "1"}
-        for key in [k for k in self.env if k.startswith("FACTSTREAM_PROBE_")]:
-            del self.env[key]
-        self.processes: list[Process] = []
-        self.cleanups: list[Callable[[], None]] = []
         self._commands = 0
 
-    # configuration
+    # processes (the probe dumps its asyncio tasks to <name>.tasks on SIGUSR1: see FactstreamProcess.stop)
 
-    def config(self, name: str, *, replication_port: int | None = None, redis_url: str | None = None) -> Path:
-        """A config file; ``replication_port`` is where *this* process reaches main (a proxy for worker1)."""
-        data: dict[str, Any] = {
-            "deployment": self.deployment,
-            "instance_name": "main",
-            "state_dir": str(self.workdir / "state"),
-            "database": {"url": self.database_url},
-            "instance_map": {
-                "main": {"host": "127.0.0.1", "replication_port": replication_port or self.main_port},
-                "worker1": {"host": "127.0.0.1"},
-            },
-            "stream_writers": {"notes": ["main"]},
-        }
-        if redis_url:
-            data["redis"] = {"url": redis_url}
-        path = self.workdir / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
-        return path
+    def main(self, config: Path) -> FactstreamProcess:
+        return self._process("main", config, {"FACTSTREAM_PROBE_CONTROL": str(self.control)})
 
-    def migrate(self, config: Path) -> None:
-        result = subprocess.run(
-            [sys.executable, "-m", "factstream", "-c", str(config), "migrate"],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            cwd=self.workdir,
-            timeout=120,
-        )
-        assert result.returncode == 0, f"migrate failed:\n{result.stdout}\n{result.stderr}"
-
-    def main(self, config: Path) -> Process:
-        env = {**self.env, "FACTSTREAM_PROBE_CONTROL": str(self.control)}
-        return self._process("main", "main", config, env)
-
-    def worker(self, config: Path, *, slow: bool = False) -> Process:
-        env = {**self.env, "FACTSTREAM_PROBE_RECORD": str(self.record)}
+    def worker(self, config: Path, *, slow: bool = False) -> FactstreamProcess:
+        env = {"FACTSTREAM_PROBE_RECORD": str(self.record)}
         if slow:
             env["FACTSTREAM_PROBE_SLOW_FILE"] = str(self.slow_file)
-        return self._process("worker1", "worker1", config, env)
+        return self._process("worker1", config, env)
 
-    def _process(self, name: str, instance: str, config: Path, env: dict[str, str]) -> Process:
-        proc = Process(name, instance, config, env, self.workdir)
-        self.processes.append(proc)
-        proc.start()
-        return proc
+    def _process(self, instance: str, config: Path, env: dict[str, str]) -> FactstreamProcess:
+        dump = self.workdir / f"{instance}.tasks"
+        env = {**env, "FACTSTREAM_PROBE_DUMP": str(dump)}
+        return self.start(instance, config, env=env, hang_dump=dump, wait=False)
 
     # writing, through the probe in main
 
@@ -389,7 +91,7 @@ class Cluster:
         return acks[-1] if acks else None
 
     def wait_ack(self, cid: str, timeout: float = 60.0, status: str | None = "done") -> dict[str, Any]:
-        ack = until(lambda: self.ack(cid), timeout, f"main to acknowledge write {cid}", self.logs)
+        ack = wait_until(lambda: self.ack(cid), timeout, f"main to acknowledge write {cid}", detail=self.logs)
         if status is not None:
             assert ack["status"] == status, f"write {cid}: {ack}{self.logs()}"
         return ack
@@ -419,7 +121,7 @@ class Cluster:
             expected = {t for t, _, _ in self.notes_in_database()}
             return expected <= {r["token"] for r in self.recorded()}
 
-        until(complete, timeout, "worker1 to record every note", lambda: "\n" + self.diagnosis())
+        wait_until(complete, timeout, "worker1 to record every note", detail=lambda: "\n" + self.diagnosis())
         time.sleep(settle)
         self.check_exactly_once_in_order()
 
@@ -465,23 +167,6 @@ class Cluster:
             + self.logs()
         )
 
-    def logs(self, lines: int = 40) -> str:
-        return "".join(f"\n--- {p.name} (last {lines} lines) ---\n{p.tail(lines)}" for p in _unique(self.processes))
-
-    def stop_all(self) -> None:
-        for proc in reversed(self.processes):
-            proc.kill()
-        for cleanup in reversed(self.cleanups):
-            with contextlib.suppress(Exception):
-                cleanup()
-
-
-def _unique(processes: list[Process]) -> list[Process]:
-    seen: dict[str, Process] = {}
-    for p in processes:
-        seen.setdefault(p.name, p)
-    return list(seen.values())
-
 
 def _ranges(tokens: list[int], limit: int = 12) -> str:
     """``[1-5, 7, 9-12]``: compact for messages."""
@@ -511,34 +196,13 @@ def cluster(plugin_installer, fresh_database, tmp_path) -> Iterator[Cluster]:
     finally:
         c.stop_all()
         # Shown by pytest when the test failed.
-        for proc in _unique(c.processes):
+        for proc in c.processes.values():
             print(f"===== {proc.name} log ({proc.log_path}) =====\n{proc.tail(300)}")
-
-
-def _services_required() -> bool:
-    return os.environ.get("FACTSTREAM_REQUIRE_SERVICES", "").lower() in {"1", "true", "yes"}
-
-
-@pytest.fixture
-def redis_server(tmp_path) -> Iterator[RedisServer]:
-    """A dedicated redis-server (this test may kill its clients and restart it)."""
-    if shutil.which("redis-server") is None:
-        message = "the redis-server binary is not on PATH (needed for a Redis this test can cut and restart)"
-        if _services_required():
-            pytest.fail(message)
-        pytest.skip(message)
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        print(f"===== redis-server log =====\n{server.log()[-5000:]}")
 
 
 def start_pair(
     cluster: Cluster, main_config: Path, worker_config: Path, **worker_kwargs: Any
-) -> tuple[Process, Process]:
+) -> tuple[FactstreamProcess, FactstreamProcess]:
     """Start main and worker1 and prove that worker1 follows the notes stream (one warm-up note)."""
     main = cluster.main(main_config)
     main.wait_started()
@@ -571,7 +235,7 @@ def test_connected_worker_receives_every_fact_in_order(cluster, transport, reque
 
 
 def test_worker_catches_up_after_a_tcp_disconnect_of_600_facts(cluster):
-    proxy = Proxy(cluster.main_port)
+    proxy = TcpProxy(cluster.main_port)
     proxy.start()
     cluster.cleanups.append(proxy.close)
     main_config = cluster.config("main")
@@ -596,7 +260,7 @@ def test_worker_catches_up_after_a_tcp_disconnect_of_600_facts(cluster):
 
 
 def test_worker_catches_up_after_its_redis_subscription_is_cut_for_600_facts(redis_server, cluster):
-    proxy = Proxy(redis_server.port)
+    proxy = TcpProxy(redis_server.port)
     proxy.start()
     cluster.cleanups.append(proxy.close)
     main_config = cluster.config("main", redis_url=redis_server.url)
@@ -633,7 +297,7 @@ def test_worker_follows_main_across_a_restart(cluster, transport, stop_signal, r
 
     # Stop main while it writes as fast as it can: facts are committed, in flight, maybe not yet sent.
     interrupted = cluster.write(1_000_000)
-    until(lambda: cluster.count_in_database() >= 701, 20, "main to write 600 facts")
+    wait_until(lambda: cluster.count_in_database() >= 701, 20, "main to write 600 facts")
     code = main.stop(stop_signal)
     if stop_signal == signal.SIGTERM:
         assert code == 0, f"main exited with {code} after SIGTERM:\n{main.tail()}"
@@ -661,7 +325,7 @@ def test_worker_catches_up_after_redis_restarts(redis_server, cluster):
     cluster.wait_until_worker_has_everything(settle=0)
 
     during = cluster.write(900, rate=450)  # two seconds of writing, across the restart
-    until(lambda: cluster.count_in_database() >= 250, 20, "main to be writing")
+    wait_until(lambda: cluster.count_in_database() >= 250, 20, "main to be writing")
     redis_server.stop()
     time.sleep(1.0)
     redis_server.start()
@@ -689,12 +353,11 @@ def congest(cluster: Cluster, disconnected: Callable[[], bool], what: str) -> No
     cluster.slow_file.write_text(SLOW_MS)
     time.sleep(0.3)  # the probe re-reads the file every 0.1 s
     cid = cluster.write(CONGESTION_FACTS, batch=CONGESTION_BATCH, author_bytes=CONGESTION_AUTHOR_BYTES)
-    until(
-        disconnected,
-        60,
-        what,
-        lambda: f" (written: {cluster.count_in_database()}, recorded: {len(cluster.recorded())})\n{cluster.logs()}",
-    )
+
+    def progress() -> str:
+        return f" (written: {cluster.count_in_database()}, recorded: {len(cluster.recorded())})\n{cluster.logs()}"
+
+    wait_until(disconnected, 60, what, detail=progress)
     cluster.slow_file.write_text("0")
     cluster.wait_ack(cid)
 

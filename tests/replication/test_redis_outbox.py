@@ -12,15 +12,17 @@ import pytest
 
 from factstream.replication import redis as redis_transport
 from factstream.replication.resp import RespClient, RespError
-from tests.replication.test_replication import append_notes, received, until
+from factstream.testing import until
+from tests.replication.test_replication import append_notes, received
 
 pytestmark = pytest.mark.redis
 
 
-async def test_commands_dropped_while_redis_is_unreachable_are_caught_up(make_hosts, redis_url, monkeypatch, caplog):
-    main = await make_hosts("main", redis_url=redis_url, deployment="outbox")
-    worker = await make_hosts("worker1", redis_url=redis_url, deployment="outbox")
-    await until(lambda: "notes" in next(iter(worker.handler._connected.values()), set()))
+async def test_commands_dropped_while_redis_is_unreachable_are_caught_up(host_cluster, monkeypatch, caplog):
+    host_cluster.configure(transport="redis", deployment="outbox")
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "notes")
     before = await append_notes(main, 5)
     await until(lambda: len(received("worker1")) == 5)
 

@@ -10,7 +10,8 @@ import pytest
 
 from factstream.host.app import Host
 from factstream.replication.resp import RedisAddress, RespClient
-from tests.replication.test_replication import received, until
+from factstream.testing import until
+from tests.replication.test_replication import received
 
 pytestmark = pytest.mark.redis
 
@@ -22,15 +23,16 @@ async def append_bulk(host: Host, n: int, author: str = "bulk") -> list[int]:
         )
 
 
-async def _pair(make_hosts, redis_url: str, deployment: str) -> tuple[Host, Host]:
-    main = await make_hosts("main", redis_url=redis_url, deployment=deployment)
-    worker = await make_hosts("worker1", redis_url=redis_url, deployment=deployment)
-    await until(lambda: "notes" in next(iter(worker.handler._connected.values()), set()))
+async def _pair(host_cluster, deployment: str) -> tuple[Host, Host]:
+    host_cluster.configure(transport="redis", deployment=deployment)
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "notes")
     return main, worker
 
 
-async def test_factstream_peers_get_packed_messages_and_every_fact_in_order(make_hosts, redis_url):
-    main, _worker = await _pair(make_hosts, redis_url, "packing-all")
+async def test_factstream_peers_get_packed_messages_and_every_fact_in_order(host_cluster):
+    main, _worker = await _pair(host_cluster, "packing-all")
     await until(lambda: main.transport.packing, timeout=5)
 
     before = main.transport.published
@@ -43,8 +45,8 @@ async def test_factstream_peers_get_packed_messages_and_every_fact_in_order(make
     assert main.transport.published - before < 20, "1,000 facts should travel in a few packed messages"
 
 
-async def test_a_subscriber_that_never_announced_gets_one_command_per_message(make_hosts, redis_url):
-    main, _worker = await _pair(make_hosts, redis_url, "packing-foreign")
+async def test_a_subscriber_that_never_announced_gets_one_command_per_message(host_cluster, redis_url):
+    main, _worker = await _pair(host_cluster, "packing-foreign")
     await until(lambda: main.transport.packing, timeout=5)
 
     # A peer that never says it reads packed messages (a reference peer publishes REPLICATE after
@@ -85,10 +87,11 @@ async def test_a_subscriber_that_never_announced_gets_one_command_per_message(ma
     await until(lambda: [t for _, _, t, _ in received("worker1")] == ids + more)
 
 
-async def test_packing_can_be_turned_off(make_hosts, redis_url):
-    main = await make_hosts("main", redis_url=redis_url, deployment="packing-off", replication={"redis_packing": False})
-    worker = await make_hosts("worker1", redis_url=redis_url, deployment="packing-off")
-    await until(lambda: "notes" in next(iter(worker.handler._connected.values()), set()))
+async def test_packing_can_be_turned_off(host_cluster):
+    host_cluster.configure(transport="redis", deployment="packing-off")
+    main = await host_cluster("main", replication={"redis_packing": False})
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "notes")
     await asyncio.sleep(2.5)  # two subscriber counts: every subscriber has announced by now
 
     before = main.transport.published

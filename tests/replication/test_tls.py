@@ -12,8 +12,9 @@ import pytest
 from factstream.config import load_config
 from factstream.errors import ConfigError
 from factstream.replication.transport import tls_context
-from tests.replication.test_replication import append_notes, received, until
-from tests.replication.test_trust import SECRET, following
+from factstream.testing import until
+from tests.replication.test_replication import append_notes, received
+from tests.replication.test_trust import SECRET
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 
@@ -36,12 +37,12 @@ def tls(cert: Path, key: Path, ca: Path, **more: str) -> dict[str, object]:
     return {"tls": True, "tls_cert": str(cert), "tls_key": str(key), "tls_ca": str(ca), **more}
 
 
-async def test_replication_over_tls_with_a_secret_delivers_every_fact(make_hosts, tmp_path):
+async def test_replication_over_tls_with_a_secret_delivers_every_fact(host_cluster, tmp_path):
     cert, key = make_certificate(tmp_path, "main")
     config = tls(cert, key, cert, secret=SECRET)
-    main = await make_hosts("main", replication=config)
-    worker = await make_hosts("worker1", replication=config)
-    await following(worker)
+    main = await host_cluster("main", replication=config)
+    worker = await host_cluster("worker1", replication=config)
+    await host_cluster.following(worker, "notes")
 
     ids = await append_notes(main, 30)
 
@@ -50,9 +51,9 @@ async def test_replication_over_tls_with_a_secret_delivers_every_fact(make_hosts
     assert conn.writer.get_extra_info("ssl_object") is not None
 
 
-async def test_a_plain_client_learns_nothing_from_a_tls_server(make_hosts, tmp_path):
+async def test_a_plain_client_learns_nothing_from_a_tls_server(host_cluster, tmp_path):
     cert, key = make_certificate(tmp_path, "main")
-    main = await make_hosts("main", replication=tls(cert, key, cert))
+    main = await host_cluster("main", replication=tls(cert, key, cert))
     reader, writer = await asyncio.open_connection("127.0.0.1", main.transport.endpoint.port)
     writer.write(b"NAME x\nREPLICATE \n")
     await writer.drain()
@@ -66,11 +67,11 @@ async def test_a_plain_client_learns_nothing_from_a_tls_server(make_hosts, tmp_p
     writer.close()
 
 
-async def test_a_worker_that_does_not_trust_the_certificate_never_connects(make_hosts, tmp_path, caplog):
+async def test_a_worker_that_does_not_trust_the_certificate_never_connects(host_cluster, tmp_path, caplog):
     cert, key = make_certificate(tmp_path, "main")
     other, _ = make_certificate(tmp_path, "other")
-    main = await make_hosts("main", replication=tls(cert, key, cert))
-    await make_hosts("worker1", replication=tls(cert, key, other))
+    main = await host_cluster("main", replication=tls(cert, key, cert))
+    await host_cluster("worker1", replication=tls(cert, key, other))
     await asyncio.sleep(0.5)
 
     await append_notes(main, 3)

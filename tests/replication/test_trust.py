@@ -14,7 +14,8 @@ import asyncio
 import redis.asyncio as aioredis
 
 from factstream.replication.auth import ReplicationSecret
-from tests.replication.test_replication import append_notes, received, until
+from factstream.testing import until
+from tests.replication.test_replication import append_notes, received
 
 SECRET = "correct horse battery staple"
 FORGED_TOKEN = 900_000
@@ -41,18 +42,13 @@ def closed_with(lines: list[str], error: str) -> bool:
     return bool(lines) and lines[-1].startswith("ERROR") and error in lines[-1]
 
 
-async def following(worker, stream: str = "notes") -> None:
-    """Wait until the worker has a POSITION for ``stream`` on its link (it accepts rows from then on)."""
-    await until(lambda: stream in next(iter(worker.handler._connected.values()), set()))
-
-
 # -- who may say what, over TCP ---------------------------------------------------------------------
 
 
-async def test_forged_rdata_under_the_servers_own_name_is_refused_and_never_relayed(make_hosts):
-    main = await make_hosts("main")
-    worker = await make_hosts("worker1")
-    await following(worker)
+async def test_forged_rdata_under_the_servers_own_name_is_refused_and_never_relayed(host_cluster):
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "notes")
     port = main.transport.endpoint.port
 
     lines = await raw_session(port, [b"NAME x\n", b"PING 1\n", b'RDATA notes main %d ["eve"]\n' % FORGED_TOKEN])
@@ -65,10 +61,10 @@ async def test_forged_rdata_under_the_servers_own_name_is_refused_and_never_rela
     assert await worker.wait_for_stream_position("main", "notes", ids[-1], timeout=5)
 
 
-async def test_rdata_under_another_instances_name_is_refused(make_hosts):
-    main = await make_hosts("main", writers=("main", "worker1"))
-    worker = await make_hosts("worker1", writers=("main", "worker1"))
-    await following(worker)
+async def test_rdata_under_another_instances_name_is_refused(host_cluster):
+    main = await host_cluster("main", stream_writers={"notes": ["main", "worker1"]})
+    worker = await host_cluster("worker1", stream_writers={"notes": ["main", "worker1"]})
+    await host_cluster.following(worker, "notes")
     port = main.transport.endpoint.port
 
     lines = await raw_session(port, [b"NAME worker2\n", b'RDATA notes worker1 5 ["eve"]\n'])
@@ -77,8 +73,8 @@ async def test_rdata_under_another_instances_name_is_refused(make_hosts):
     assert main.handler.refused == 1
 
 
-async def test_rdata_before_naming_itself_is_refused(make_hosts):
-    main = await make_hosts("main", writers=("main", "worker1"))
+async def test_rdata_before_naming_itself_is_refused(host_cluster):
+    main = await host_cluster("main", stream_writers={"notes": ["main", "worker1"]})
     port = main.transport.endpoint.port
 
     lines = await raw_session(port, [b'RDATA notes worker1 5 ["eve"]\n'])
@@ -86,8 +82,8 @@ async def test_rdata_before_naming_itself_is_refused(make_hosts):
     assert closed_with(lines, "a peer must send NAME before it speaks for worker1"), lines
 
 
-async def test_a_peer_cannot_name_itself_after_the_server(make_hosts):
-    main = await make_hosts("main")
+async def test_a_peer_cannot_name_itself_after_the_server(host_cluster):
+    main = await host_cluster("main")
     port = main.transport.endpoint.port
 
     lines = await raw_session(port, [b"NAME main\n"])
@@ -95,10 +91,10 @@ async def test_a_peer_cannot_name_itself_after_the_server(make_hosts):
     assert closed_with(lines, "NAME main: that is this process's own instance name"), lines
 
 
-async def test_rdata_for_a_stream_the_peer_does_not_write_is_refused(make_hosts):
-    main = await make_hosts("main")
-    worker = await make_hosts("worker1")
-    await following(worker)
+async def test_rdata_for_a_stream_the_peer_does_not_write_is_refused(host_cluster):
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "notes")
     port = main.transport.endpoint.port
 
     lines = await raw_session(port, [b"NAME worker2\n", b'RDATA notes worker2 5 ["eve"]\n'])
@@ -108,8 +104,8 @@ async def test_rdata_for_a_stream_the_peer_does_not_write_is_refused(make_hosts)
     await until(lambda: [t for _, _, t, _ in received("worker1")] == ids)
 
 
-async def test_a_forged_position_from_a_non_writer_cannot_poison_the_writer(make_hosts):
-    main = await make_hosts("main")
+async def test_a_forged_position_from_a_non_writer_cannot_poison_the_writer(host_cluster):
+    main = await host_cluster("main")
     gen = main.id_generator("notes")
     first = await append_notes(main, 3)
 
@@ -123,11 +119,11 @@ async def test_a_forged_position_from_a_non_writer_cannot_poison_the_writer(make
     assert gen.get_current_token() == ids[-1]
 
 
-async def test_a_position_beyond_the_sequence_is_refused_and_never_relayed(make_hosts):
+async def test_a_position_beyond_the_sequence_is_refused_and_never_relayed(host_cluster):
     writers = ("main", "worker2")
-    main = await make_hosts("main", writers=writers)
-    worker = await make_hosts("worker1", writers=writers)
-    await following(worker)
+    main = await host_cluster("main", stream_writers={"notes": list(writers)})
+    worker = await host_cluster("worker1", stream_writers={"notes": list(writers)})
+    await host_cluster.following(worker, "notes")
     await append_notes(main, 2)
     allocated = await main.id_generator("notes").get_max_allocated_token()
 
@@ -154,10 +150,10 @@ async def test_a_position_beyond_the_sequence_is_refused_and_never_relayed(make_
 # -- the shared secret, over TCP ------------------------------------------------------------------
 
 
-async def test_with_the_secret_everything_replicates_as_before(make_hosts):
-    main = await make_hosts("main", replication={"secret": SECRET})
-    worker = await make_hosts("worker1", replication={"secret": SECRET})
-    await following(worker)
+async def test_with_the_secret_everything_replicates_as_before(host_cluster):
+    main = await host_cluster("main", replication={"secret": SECRET})
+    worker = await host_cluster("worker1", replication={"secret": SECRET})
+    await host_cluster.following(worker, "notes")
 
     ids = await append_notes(main, 20)
 
@@ -166,8 +162,8 @@ async def test_with_the_secret_everything_replicates_as_before(make_hosts):
     assert conn.peer == "worker1" and conn.trusted
 
 
-async def test_a_client_without_the_secret_is_refused_and_learns_nothing(make_hosts):
-    main = await make_hosts("main", replication={"secret": SECRET})
+async def test_a_client_without_the_secret_is_refused_and_learns_nothing(host_cluster):
+    main = await host_cluster("main", replication={"secret": SECRET})
     await append_notes(main, 3)
 
     lines = await raw_session(main.transport.endpoint.port, [b"NAME worker1\n", b"PING 1\n", b"REPLICATE \n"])
@@ -178,8 +174,8 @@ async def test_a_client_without_the_secret_is_refused_and_learns_nothing(make_ho
     assert not [line for line in lines if line.startswith(("POSITION", "RDATA"))], lines
 
 
-async def test_a_client_with_a_wrong_proof_is_refused_and_learns_nothing(make_hosts):
-    main = await make_hosts("main", replication={"secret": SECRET})
+async def test_a_client_with_a_wrong_proof_is_refused_and_learns_nothing(host_cluster):
+    main = await host_cluster("main", replication={"secret": SECRET})
     await append_notes(main, 3)
     reader, writer = await asyncio.open_connection("127.0.0.1", main.transport.endpoint.port)
     assert (await reader.readline()).startswith(b"SERVER ")
@@ -196,8 +192,8 @@ async def test_a_client_with_a_wrong_proof_is_refused_and_learns_nothing(make_ho
     assert not [line for line in rest if line.startswith(("POSITION", "RDATA", "FS_AUTH_OK"))], rest
 
 
-async def test_a_client_that_proves_the_secret_gets_the_servers_proof_and_positions(make_hosts):
-    main = await make_hosts("main", replication={"secret": SECRET})
+async def test_a_client_that_proves_the_secret_gets_the_servers_proof_and_positions(host_cluster):
+    main = await host_cluster("main", replication={"secret": SECRET})
     ids = await append_notes(main, 3)
     reader, writer = await asyncio.open_connection("127.0.0.1", main.transport.endpoint.port)
     await reader.readline()
@@ -219,9 +215,9 @@ async def test_a_client_that_proves_the_secret_gets_the_servers_proof_and_positi
     assert f"POSITION notes main {ids[-1]} {ids[-1]}".encode() in [line.rstrip() for line in got]
 
 
-async def test_a_worker_with_a_wrong_secret_never_replicates(make_hosts):
-    main = await make_hosts("main", replication={"secret": SECRET})
-    worker = await make_hosts("worker1", replication={"secret": "a different secret entirely"})
+async def test_a_worker_with_a_wrong_secret_never_replicates(host_cluster):
+    main = await host_cluster("main", replication={"secret": SECRET})
+    worker = await host_cluster("worker1", replication={"secret": "a different secret entirely"})
     await asyncio.sleep(0.5)
 
     await append_notes(main, 3)
@@ -232,9 +228,9 @@ async def test_a_worker_with_a_wrong_secret_never_replicates(make_hosts):
     assert worker.transport.endpoint.connects >= 1
 
 
-async def test_a_worker_with_a_secret_refuses_a_server_that_does_not_ask_for_it(make_hosts, caplog):
-    main = await make_hosts("main")
-    worker = await make_hosts("worker1", replication={"secret": SECRET})
+async def test_a_worker_with_a_secret_refuses_a_server_that_does_not_ask_for_it(host_cluster, caplog):
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1", replication={"secret": SECRET})
     await asyncio.sleep(0.5)
 
     await append_notes(main, 3)
@@ -245,9 +241,9 @@ async def test_a_worker_with_a_secret_refuses_a_server_that_does_not_ask_for_it(
     assert worker.transport.endpoint.connects >= 1
 
 
-async def test_without_a_secret_a_synapse_peer_still_interoperates_both_ways(make_hosts):
+async def test_without_a_secret_a_synapse_peer_still_interoperates_both_ways(host_cluster):
     """A client speaking Synapse's lines gets positions and rows; a server speaking them feeds a worker."""
-    main = await make_hosts("main")
+    main = await host_cluster("main")
     ids = await append_notes(main, 2)
     reader, writer = await asyncio.open_connection("127.0.0.1", main.transport.endpoint.port)
     writer.write(b"NAME synapse_worker\nPING 1600000000000\nREPLICATE \n")
@@ -280,7 +276,7 @@ async def test_without_a_secret_a_synapse_peer_still_interoperates_both_ways(mak
 
     server = await asyncio.start_server(serve, "127.0.0.1", main.settings.instance_map["main"].replication_port)
     try:
-        await make_hosts("worker1")
+        await host_cluster("worker1")
         await until(lambda: [r.author for *_, r in received("worker1")][-1:] == ["synapse"])
     finally:
         server.close()
@@ -299,10 +295,11 @@ async def publish(redis_url: str, *messages: bytes) -> None:
         await client.aclose()
 
 
-async def test_redis_drops_positions_of_non_writers_and_rows_under_the_receivers_own_name(make_hosts, redis_url):
-    main = await make_hosts("main", redis_url=redis_url)
-    worker = await make_hosts("worker1", redis_url=redis_url)
-    await following(worker)
+async def test_redis_drops_positions_of_non_writers_and_rows_under_the_receivers_own_name(host_cluster, redis_url):
+    host_cluster.configure(transport="redis")
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "notes")
     first = await append_notes(main, 2)
     await until(lambda: len(received("worker1")) == 2)
 
@@ -322,11 +319,12 @@ async def test_redis_drops_positions_of_non_writers_and_rows_under_the_receivers
     assert main.id_generator("notes").get_current_token() == ids[-1]
 
 
-async def test_with_a_secret_redis_drops_unsigned_and_misattributed_messages(make_hosts, redis_url):
+async def test_with_a_secret_redis_drops_unsigned_and_misattributed_messages(host_cluster, redis_url):
+    host_cluster.configure(transport="redis")
     writers = ("main", "worker2")
-    main = await make_hosts("main", redis_url=redis_url, writers=writers, replication={"secret": SECRET})
-    worker = await make_hosts("worker1", redis_url=redis_url, writers=writers, replication={"secret": SECRET})
-    await following(worker)
+    main = await host_cluster("main", stream_writers={"notes": list(writers)}, replication={"secret": SECRET})
+    worker = await host_cluster("worker1", stream_writers={"notes": list(writers)}, replication={"secret": SECRET})
+    await host_cluster.following(worker, "notes")
     first = await append_notes(main, 2)
     await until(lambda: len(received("worker1")) == 2)
     secret = ReplicationSecret(SECRET, "test")
@@ -357,10 +355,11 @@ async def test_with_a_secret_redis_drops_unsigned_and_misattributed_messages(mak
     assert worker.handler.refused == 1 and worker.transport.unsigned == 4
 
 
-async def test_with_a_secret_redis_replicates_as_before_and_ignores_a_publisher_without_it(make_hosts, redis_url):
-    main = await make_hosts("main", redis_url=redis_url, replication={"secret": SECRET})
-    worker = await make_hosts("worker1", redis_url=redis_url, replication={"secret": SECRET})
-    await following(worker)
+async def test_with_a_secret_redis_replicates_as_before_and_ignores_a_publisher_without_it(host_cluster, redis_url):
+    host_cluster.configure(transport="redis")
+    main = await host_cluster("main", replication={"secret": SECRET})
+    worker = await host_cluster("worker1", replication={"secret": SECRET})
+    await host_cluster.following(worker, "notes")
 
     ids = await append_notes(main, 30)
 

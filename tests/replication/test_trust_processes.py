@@ -87,7 +87,7 @@ def test_forged_messages_over_redis_are_dropped_with_a_secret_and_the_worker_kee
     assert ack["status"] == "done"
     cluster.wait_until_worker_has_everything()
     assert len(cluster.recorded()) == 61
-    worker_log = next(p for p in cluster.processes if p.name == "worker1").log()
+    worker_log = cluster.processes["worker1"].log()
     assert "without a valid signature" in worker_log
     time.sleep(1.5)
     positions = positions_in_database(cluster)
