@@ -8,8 +8,8 @@ import logging
 import msgspec
 import pytest
 
-from factstream import CacheRegistry, CacheSpec, InvalidationSpec
-from factstream.caches import MEMBERS_PER_ROW, room_state_rows
+from factstream import CacheSpec, InvalidationSpec
+from factstream.caches import MEMBERS_PER_ROW, CacheRegistry, room_state_rows
 from factstream.caches.apply import InvalidationApplier
 
 

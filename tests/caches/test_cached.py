@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from factstream import BadKey, CacheRegistry, CacheSpec, cached, cached_specs
+from factstream import BadKey, CacheSpec, cached, cached_specs
+from factstream.caches import CacheRegistry
 from factstream.errors import FactstreamError
 
 

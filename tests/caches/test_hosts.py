@@ -19,7 +19,7 @@ def demo_store(host: Host) -> Any:
     """The demo store of ``host`` (the plugin is installed per test, so it is imported here)."""
     from factstream_cachedemo import DemoStore
 
-    return DemoStore.of(host)
+    return host.api.state(DemoStore)
 
 
 async def until(predicate, timeout: float = 10.0, what: str = "condition") -> None:
