@@ -1,15 +1,17 @@
 """Fixtures for the HTTP API tests: a database with the ``inbox`` test plugin, hosts and clients.
 
-``start_host(name, ...)`` starts an in-process :class:`~factstream.host.app.Host` (TCP replication
-between the hosts of one test); ``client(host, token=...)`` is an ``httpx.AsyncClient`` calling the
-host's ASGI app directly (no socket), so a test can hold a thousand long polls open cheaply.
-``full_host`` is one started host with every installed plugin (the bundled ones too) and
-``full_client(token=...)`` a client of it; ``stored(host)`` sums up what the database holds.
+``inbox_cluster`` is factstream.testing's ``host_cluster`` on that database, with the plugins this
+test installed and no others, ``inbox`` written by main and the test tokens:
+``await inbox_cluster("main", http={...})`` starts an in-process :class:`~factstream.host.app.Host`
+(TCP replication between the hosts of one test). ``client(host, token=...)`` is an
+``httpx.AsyncClient`` calling the host's ASGI app directly (no socket), so a test can hold a thousand
+long polls open cheaply. ``full_host`` is one started host with every installed plugin (the bundled
+ones too) and ``full_client(token=...)`` a client of it; ``stored(host)`` sums up what the database
+holds.
 """
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -17,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from factstream.config import load_config
 from factstream.host.app import Host
 from factstream.migrate import Migrator
 from factstream.plugin.manager import PluginHost, PluginSelection, load_plugins
+from factstream.testing import HostCluster, free_port
 
 INBOX_PROJECT = Path(__file__).resolve().parents[1] / "plugins" / "inbox"
 
@@ -30,12 +32,6 @@ TOKENS = {
     "bob-token": {"user": "@bob:hs", "write": False},
     "writer-token": {"user": "@service:hs", "write": True},
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def installed_plugins(plugin_installer) -> PluginHost:
@@ -55,34 +51,14 @@ def inbox_db(plugin_installer, fresh_database) -> str:
 
 
 @pytest.fixture
-async def start_host(inbox_db, plugin_installer, tmp_path) -> AsyncIterator[Callable[..., Any]]:
-    """``await start_host("main", writers=("main",), http={...})`` -> a started Host."""
-    started: list[Host] = []
-    port = free_port()
-
-    async def start(name: str = "main", *, writers: tuple[str, ...] = ("main",), http: dict[str, Any] | None = None):
-        settings = load_config(
-            environ={},
-            deployment="httptest",
-            instance_name=name,
-            state_dir=str(tmp_path / "state"),
-            database={"url": inbox_db},
-            instance_map={
-                "main": {"host": "127.0.0.1", "replication_port": port},
-                "worker1": {"host": "127.0.0.1"},
-            },
-            stream_writers={"inbox": list(writers)},
-            http={"tokens": TOKENS, **(http or {})},
-        )
-        host = Host(settings, installed_plugins(plugin_installer))
-        await host.start()
-        started.append(host)
-        return host
-
-    yield start
-    for host in reversed(started):
-        if host.db is not None:
-            await host.stop()
+def inbox_cluster(inbox_db, plugin_installer, host_cluster: HostCluster) -> HostCluster:
+    """``await inbox_cluster("main", stream_writers={"inbox": [...]}, http={...})`` -> a started Host."""
+    return host_cluster.configure(
+        database=inbox_db,
+        plugins=lambda: installed_plugins(plugin_installer),
+        stream_writers={"inbox": ["main"]},
+        http={"tokens": TOKENS},
+    )
 
 
 @pytest.fixture
@@ -120,25 +96,17 @@ ALICE_USER = "@alice:hs"
 
 
 @pytest.fixture
-async def full_host(plugin_installer, fresh_database, tmp_path) -> AsyncIterator[Host]:
+async def full_host(plugin_installer, host_cluster: HostCluster) -> Host:
     """A started host with every installed plugin, the ``inbox`` test plugin among them.
 
     Long polls are capped at 0.2 s so that fuzzed ``timeout`` values cannot stall a test.
     """
     plugin_installer.from_project(INBOX_PROJECT)
-    plugins = load_plugins()
-    if not {"account_data", "to_device"} <= set(plugins.registry.streams.names()):
+    if not {"account_data", "to_device"} <= set(load_plugins().registry.streams.names()):
         pytest.skip("the bundled account_data and to_device plugins are not installed (uv sync --all-packages)")
-    migrator = Migrator(fresh_database, plugins)
-    migrator.upgrade()
-    migrator.close()
-    settings = load_config(
-        environ={},
-        deployment="inputtest",
-        instance_name="main",
-        state_dir=str(tmp_path / "state"),
-        database={"url": fresh_database},
-        instance_map={"main": {"host": "127.0.0.1", "replication_port": free_port()}},
+    host_cluster.configure(instances=("main",))
+    return await host_cluster(
+        "main",
         stream_writers={"inbox": ["main"], "account_data": ["main"], "to_device": ["main"]},
         http={
             "tokens": TOKENS,
@@ -147,10 +115,6 @@ async def full_host(plugin_installer, fresh_database, tmp_path) -> AsyncIterator
             "catch_up_timeout_seconds": 0.2,
         },
     )
-    host = Host(settings, plugins)
-    await host.start()
-    yield host
-    await host.stop()
 
 
 @pytest.fixture

@@ -9,11 +9,12 @@ import httpx
 import pytest
 
 from factstream.errors import PluginError
-from tests.host.conftest import free_port, post_messages
+from factstream.testing import free_port
+from tests.host.conftest import post_messages
 
 
-async def test_no_token_is_401_with_a_json_message(start_host, client):
-    host = await start_host()
+async def test_no_token_is_401_with_a_json_message(inbox_cluster, client):
+    host = await inbox_cluster()
     anonymous = client(host)
     for path in ("/sync", "/streams", "/streams/inbox/positions", "/inbox/whoami"):
         response = await anonymous.get(path)
@@ -32,23 +33,23 @@ async def test_no_token_is_401_with_a_json_message(start_host, client):
         ("Bearer a b", "M_MISSING_TOKEN", "malformed Authorization header"),
     ],
 )
-async def test_a_bad_token_is_401(start_host, client, header, errcode, message):
-    host = await start_host()
+async def test_a_bad_token_is_401(inbox_cluster, client, header, errcode, message):
+    host = await inbox_cluster()
     response = await client(host).get("/inbox/whoami", headers={"Authorization": header})
     assert response.status_code == 401
     assert response.json()["errcode"] == errcode
     assert message in response.json()["error"]
 
 
-async def test_a_configured_token_acts_as_its_user(start_host, client):
-    host = await start_host()
+async def test_a_configured_token_acts_as_its_user(inbox_cluster, client):
+    host = await inbox_cluster()
     response = await client(host, "alice-token").get("/inbox/whoami")
     assert response.status_code == 200
     assert response.json() == {"user": "@alice:hs"}
 
 
-async def test_public_routes_need_no_token_and_see_no_user(start_host, client):
-    host = await start_host()
+async def test_public_routes_need_no_token_and_see_no_user(inbox_cluster, client):
+    host = await inbox_cluster()
     anonymous = client(host)
     assert (await anonymous.get("/inbox/ping")).json() == {"pong": True, "user": None}
     # A token on a public route changes nothing: public means anonymous.
@@ -60,8 +61,8 @@ async def test_public_routes_need_no_token_and_see_no_user(start_host, client):
     assert health.json()["replication"]["transport"] == "tcp"
 
 
-async def test_a_write_route_needs_a_token_that_may_write(start_host, client):
-    host = await start_host()
+async def test_a_write_route_needs_a_token_that_may_write(inbox_cluster, client):
+    host = await inbox_cluster()
     body = [{"user_id": "@alice:hs", "body": "hi"}]
     assert (await client(host).post("/inbox/messages", json=body)).status_code == 401
     forbidden = await client(host, "alice-token").post("/inbox/messages", json=body)
@@ -75,8 +76,8 @@ async def test_a_write_route_needs_a_token_that_may_write(start_host, client):
     assert len(allowed.json()["stream_ids"]) == 1
 
 
-async def test_tokens_from_the_access_tokens_table(start_host, client):
-    host = await start_host()
+async def test_tokens_from_the_access_tokens_table(inbox_cluster, client):
+    host = await inbox_cluster()
     db = host.database()
     async with db.transaction() as txn:
         await txn.execute(
@@ -89,16 +90,16 @@ async def test_tokens_from_the_access_tokens_table(start_host, client):
     assert (await client(host, "t-dave").post("/inbox/messages", json=body)).status_code == 200
 
 
-async def test_the_token_table_can_be_turned_off(start_host, client):
-    host = await start_host(http={"token_table": False})
+async def test_the_token_table_can_be_turned_off(inbox_cluster, client):
+    host = await inbox_cluster(http={"token_table": False})
     async with host.database().transaction() as txn:
         await txn.execute("INSERT INTO access_tokens (token, user_id) VALUES ('t-erin', '@erin:hs')")
     assert (await client(host, "t-erin").get("/inbox/whoami")).status_code == 401
     assert (await client(host, "alice-token").get("/inbox/whoami")).status_code == 200
 
 
-async def test_a_body_that_is_not_json_is_400_not_500(start_host, client):
-    host = await start_host()
+async def test_a_body_that_is_not_json_is_400_not_500(inbox_cluster, client):
+    host = await inbox_cluster()
     writer = client(host, "writer-token")
     response = await writer.post("/inbox/messages", content=b"{not json")
     assert response.status_code == 400
@@ -110,8 +111,8 @@ async def test_a_body_that_is_not_json_is_400_not_500(start_host, client):
     assert "invalid request" in response.json()["error"]
 
 
-async def test_unknown_paths_and_methods_are_json_errors(start_host, client):
-    host = await start_host()
+async def test_unknown_paths_and_methods_are_json_errors(inbox_cluster, client):
+    host = await inbox_cluster()
     alice = client(host, "alice-token")
     missing = await alice.get("/no/such/route")
     assert missing.status_code == 404
@@ -121,8 +122,8 @@ async def test_unknown_paths_and_methods_are_json_errors(start_host, client):
     assert wrong_method.json() == {"errcode": "M_UNRECOGNIZED", "error": "Method Not Allowed"}
 
 
-async def test_streams_lists_every_stream_with_its_plugin_writers_sync_key_and_positions(start_host, client):
-    host = await start_host()
+async def test_streams_lists_every_stream_with_its_plugin_writers_sync_key_and_positions(inbox_cluster, client):
+    host = await inbox_cluster()
     ids = await post_messages(host, client, ("@alice:hs", "one"), ("@bob:hs", "two"))
     response = await client(host, "alice-token").get("/streams")
     assert response.status_code == 200
@@ -137,8 +138,8 @@ async def test_streams_lists_every_stream_with_its_plugin_writers_sync_key_and_p
     assert inbox["positions"]["main"] == max(ids)
 
 
-async def test_positions_of_one_stream_and_404_for_an_unknown_one(start_host, client):
-    host = await start_host()
+async def test_positions_of_one_stream_and_404_for_an_unknown_one(inbox_cluster, client):
+    host = await inbox_cluster()
     ids = await post_messages(host, client, ("@alice:hs", "one"))
     alice = client(host, "alice-token")
     body = (await alice.get("/streams/inbox/positions")).json()
@@ -155,16 +156,16 @@ async def test_positions_of_one_stream_and_404_for_an_unknown_one(start_host, cl
     assert "unknown stream 'nope'" in missing.json()["error"]
 
 
-async def test_metrics_are_prometheus_text(start_host, client):
-    host = await start_host()
+async def test_metrics_are_prometheus_text(inbox_cluster, client):
+    host = await inbox_cluster()
     response = await client(host).get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     assert "factstream_sync_open_waits" in response.text
 
 
-async def test_openapi_describes_core_and_plugin_routes_with_their_access(start_host, client):
-    host = await start_host()
+async def test_openapi_describes_core_and_plugin_routes_with_their_access(inbox_cluster, client):
+    host = await inbox_cluster()
     schema = (await client(host).get("/openapi.json")).json()
     assert schema["openapi"].startswith("3.")
     paths = schema["paths"]
@@ -189,7 +190,9 @@ async def test_openapi_describes_core_and_plugin_routes_with_their_access(start_
     assert set(schema["components"]["schemas"]["Error"]["properties"]) == {"errcode", "error"}
 
 
-async def test_a_plugin_route_raising_http_error_answers_its_status_and_errcode(plugin_installer, start_host, client):
+async def test_a_plugin_route_raising_http_error_answers_its_status_and_errcode(
+    plugin_installer, inbox_cluster, client
+):
     plugin_installer.from_source(
         "teapot",
         """
@@ -208,7 +211,7 @@ async def test_a_plugin_route_raising_http_error_answers_its_status_and_errcode(
             register(RouteSpec("/crash", crash, access="public"))
         """,
     )
-    host = await start_host()
+    host = await inbox_cluster()
     response = await client(host, "alice-token").get("/teapot")
     assert response.status_code == 418
     assert response.json() == {"errcode": "M_TEAPOT", "error": "@alice:hs: I am a teapot"}
@@ -216,7 +219,7 @@ async def test_a_plugin_route_raising_http_error_answers_its_status_and_errcode(
     assert (crashed.status_code, crashed.json()) == (500, {"errcode": "M_UNKNOWN", "error": "internal error"})
 
 
-async def test_a_plugin_route_shadowing_a_core_route_fails_the_start_naming_both(plugin_installer, start_host):
+async def test_a_plugin_route_shadowing_a_core_route_fails_the_start_naming_both(plugin_installer, inbox_cluster):
     plugin_installer.from_source(
         "shadow",
         """
@@ -232,12 +235,12 @@ async def test_a_plugin_route_shadowing_a_core_route_fails_the_start_naming_both
         """,
     )
     with pytest.raises(PluginError, match=r"duplicate route 'GET /sync': registered by both 'factstream' and 'shadow'"):
-        await start_host()
+        await inbox_cluster()
 
 
-async def test_the_host_serves_http_on_its_port_and_stops_cleanly(start_host):
+async def test_the_host_serves_http_on_its_port_and_stops_cleanly(inbox_cluster):
     port = free_port()
-    host = await start_host(http={"port": port})
+    host = await inbox_cluster(http={"port": port})
     assert host.http is not None
     assert host.http.url == f"http://127.0.0.1:{port}"
     async with httpx.AsyncClient(base_url=host.http.url) as http:
@@ -264,7 +267,7 @@ async def test_the_host_serves_http_on_its_port_and_stops_cleanly(start_host):
         assert answered.json() == {"next_batch": first.json()["next_batch"], "streams": {}}
 
 
-async def test_a_port_in_use_fails_the_start_with_the_address(start_host):
+async def test_a_port_in_use_fails_the_start_with_the_address(inbox_cluster):
     import socket
 
     from factstream.errors import ConfigError
@@ -274,4 +277,4 @@ async def test_a_port_in_use_fails_the_start_with_the_address(start_host):
         busy.listen(1)
         port = busy.getsockname()[1]
         with pytest.raises(ConfigError, match=f"cannot listen for HTTP on 127.0.0.1:{port}"):
-            await start_host(http={"port": port})
+            await inbox_cluster(http={"port": port})

@@ -19,8 +19,8 @@ def bodies(response) -> list[str]:
     return [item["body"] for item in response.json()["streams"].get("inbox", [])]
 
 
-async def test_a_first_sync_returns_only_the_users_own_rows(start_host, client):
-    host = await start_host()
+async def test_a_first_sync_returns_only_the_users_own_rows(inbox_cluster, client):
+    host = await inbox_cluster()
     await post_messages(host, client, ("@alice:hs", "a1"), ("@bob:hs", "b1"), ("@alice:hs", "a2"))
     response = await client(host, "alice-token").get("/sync")
     assert response.status_code == 200
@@ -31,8 +31,8 @@ async def test_a_first_sync_returns_only_the_users_own_rows(start_host, client):
     assert "limited" not in response.json()
 
 
-async def test_another_users_rows_are_never_returned(start_host, client):
-    host = await start_host()
+async def test_another_users_rows_are_never_returned(inbox_cluster, client):
+    host = await inbox_cluster()
     alice = client(host, "alice-token")
     first = await alice.get("/sync")
     since = first.json()["next_batch"]
@@ -50,8 +50,8 @@ async def test_another_users_rows_are_never_returned(start_host, client):
     assert bodies(everything) == ["a0", "a1", "a2"]
 
 
-async def test_a_long_poll_wakes_on_a_local_write_with_exactly_the_new_rows(start_host, client):
-    host = await start_host()
+async def test_a_long_poll_wakes_on_a_local_write_with_exactly_the_new_rows(inbox_cluster, client):
+    host = await inbox_cluster()
     await post_messages(host, client, ("@alice:hs", "old"))
     alice = client(host, "alice-token")
     since = (await alice.get("/sync")).json()["next_batch"]
@@ -72,8 +72,8 @@ async def test_a_long_poll_wakes_on_a_local_write_with_exactly_the_new_rows(star
     assert bodies(await alice.get("/sync", params={"since": since, "timeout": 5000})) == ["new3"]
 
 
-async def test_a_write_for_another_user_does_not_answer_the_poll(start_host, client):
-    host = await start_host()
+async def test_a_write_for_another_user_does_not_answer_the_poll(inbox_cluster, client):
+    host = await inbox_cluster()
     alice = client(host, "alice-token")
     since = (await alice.get("/sync")).json()["next_batch"]
     poll = asyncio.ensure_future(alice.get("/sync", params={"since": since, "timeout": 1500}))
@@ -87,8 +87,8 @@ async def test_a_write_for_another_user_does_not_answer_the_poll(start_host, cli
     assert again.json()["streams"] == {}
 
 
-async def test_timeout_zero_answers_at_once(start_host, client):
-    host = await start_host()
+async def test_timeout_zero_answers_at_once(inbox_cluster, client):
+    host = await inbox_cluster()
     alice = client(host, "alice-token")
     since = (await alice.get("/sync")).json()["next_batch"]
     loop = asyncio.get_running_loop()
@@ -99,16 +99,16 @@ async def test_timeout_zero_answers_at_once(start_host, client):
 
 
 @pytest.mark.parametrize("timeout", ["-1", "1.5", "abc", " 5", "٣"])
-async def test_a_bad_timeout_is_400(start_host, client, timeout):
-    host = await start_host()
+async def test_a_bad_timeout_is_400(inbox_cluster, client, timeout):
+    host = await inbox_cluster()
     response = await client(host, "alice-token").get("/sync", params={"timeout": timeout})
     assert response.status_code == 400
     assert response.json()["errcode"] == "M_INVALID_PARAM"
     assert "timeout must be a whole number of milliseconds" in response.json()["error"]
 
 
-async def test_a_huge_timeout_is_capped(start_host, client):
-    host = await start_host(http={"sync_timeout_max_seconds": 0.3})
+async def test_a_huge_timeout_is_capped(inbox_cluster, client):
+    host = await inbox_cluster(http={"sync_timeout_max_seconds": 0.3})
     alice = client(host, "alice-token")
     since = (await alice.get("/sync")).json()["next_batch"]
     loop = asyncio.get_running_loop()
@@ -129,8 +129,8 @@ async def test_a_huge_timeout_is_capped(start_host, client):
         ("", None),
     ],
 )
-async def test_a_malformed_token_is_400_with_a_message(start_host, client, since, message):
-    host = await start_host()
+async def test_a_malformed_token_is_400_with_a_message(inbox_cluster, client, since, message):
+    host = await inbox_cluster()
     response = await client(host, "alice-token").get("/sync", params={"since": since})
     if message is None:  # an empty since is no since
         assert response.status_code == 200
@@ -142,8 +142,8 @@ async def test_a_malformed_token_is_400_with_a_message(start_host, client, since
     assert message in error
 
 
-async def test_a_token_from_the_future_is_clamped_not_waited_for(start_host, client):
-    host = await start_host(http={"catch_up_timeout_seconds": 5})
+async def test_a_token_from_the_future_is_clamped_not_waited_for(inbox_cluster, client):
+    host = await inbox_cluster(http={"catch_up_timeout_seconds": 5})
     ids = await post_messages(host, client, ("@alice:hs", "a"))
     alice = client(host, "alice-token")
     loop = asyncio.get_running_loop()
@@ -154,8 +154,8 @@ async def test_a_token_from_the_future_is_clamped_not_waited_for(start_host, cli
     assert response.json()["next_batch"] == str(ids[-1])
 
 
-async def test_fuzzed_tokens_are_never_a_500(start_host, client):
-    host = await start_host()
+async def test_fuzzed_tokens_are_never_a_500(inbox_cluster, client):
+    host = await inbox_cluster()
     alice = client(host, "alice-token")
     alphabet = string.digits + "_m~.-st" + "x \u00e9\u0663"
 
@@ -178,8 +178,8 @@ async def test_fuzzed_tokens_are_never_a_500(start_host, client):
     await asyncio.to_thread(fuzz)
 
 
-async def test_a_limited_response_pages_through_without_gaps_or_repeats(start_host, client):
-    host = await start_host(http={"sync_limit": 3})
+async def test_a_limited_response_pages_through_without_gaps_or_repeats(inbox_cluster, client):
+    host = await inbox_cluster(http={"sync_limit": 3})
     await post_messages(host, client, *[("@alice:hs", f"m{i}") for i in range(8)], ("@bob:hs", "b"))
     alice = client(host, "alice-token")
     seen: list[str] = []
@@ -230,7 +230,7 @@ BROADCAST = """
 
 
 async def test_a_plugins_sync_rows_and_wake_decide_what_is_seen_and_who_wakes(
-    plugin_installer, inbox_db, start_host, client
+    plugin_installer, inbox_db, inbox_cluster, client
 ):
     import psycopg
 
@@ -244,7 +244,7 @@ async def test_a_plugins_sync_rows_and_wake_decide_what_is_seen_and_who_wakes(
         conn.execute("CREATE SEQUENCE broadcast_seq")
         conn.execute("SELECT nextval('broadcast_seq')")
     plugin_installer.from_source("broadcast", BROADCAST)
-    host = await start_host()
+    host = await inbox_cluster()
     assert [s.name for s in host.sync_service().synced] == ["inbox", "broadcast"]
     import factstream_broadcast
 
@@ -288,8 +288,8 @@ def test_a_sync_key_on_a_stream_not_replicated_here_is_a_config_error():
     check_sync_keys([spec], {"inbox": object()}, "worker1")
 
 
-async def test_a_thousand_long_polls_one_write_wakes_only_its_user(start_host, client):
-    host = await start_host()
+async def test_a_thousand_long_polls_one_write_wakes_only_its_user(inbox_cluster, client):
+    host = await inbox_cluster()
     service = host.sync_service()
     users = [f"@u{i}:hs" for i in range(1000)]
     since = (await client(host, "alice-token").get("/sync")).json()["next_batch"]

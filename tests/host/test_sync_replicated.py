@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from factstream.testing import until
 from tests.host.conftest import post_messages
 
 
@@ -13,19 +14,11 @@ def bodies(response) -> list[str]:
     return [item["body"] for item in response.json()["streams"].get("inbox", [])]
 
 
-async def wait_until(predicate, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
-async def test_a_worker_long_poll_wakes_on_a_write_on_main_with_exactly_the_new_rows(start_host, client):
-    main = await start_host("main")
-    worker = await start_host("worker1")
+async def test_a_worker_long_poll_wakes_on_a_write_on_main_with_exactly_the_new_rows(inbox_cluster, client):
+    main = await inbox_cluster("main")
+    worker = await inbox_cluster("worker1")
     ids = await post_messages(main, client, ("@alice:hs", "before"))
-    await wait_until(lambda: worker.id_generator("inbox").get_current_token() >= ids[-1])
+    await until(lambda: worker.id_generator("inbox").get_current_token() >= ids[-1])
     alice = client(worker, "alice-token")
     first = await alice.get("/sync")
     assert bodies(first) == ["before"]
@@ -45,10 +38,10 @@ async def test_a_worker_long_poll_wakes_on_a_write_on_main_with_exactly_the_new_
     assert bodies(await alice.get("/sync", params={"since": next_batch, "timeout": 5000})) == ["later"]
 
 
-async def test_tokens_from_one_instance_work_on_the_other_with_two_writers(start_host, client):
+async def test_tokens_from_one_instance_work_on_the_other_with_two_writers(inbox_cluster, client):
     writers = ("main", "worker1")
-    main = await start_host("main", writers=writers)
-    worker = await start_host("worker1", writers=writers)
+    main = await inbox_cluster("main", stream_writers={"inbox": list(writers)})
+    worker = await inbox_cluster("worker1", stream_writers={"inbox": list(writers)})
     await post_messages(main, client, ("@alice:hs", "m1"))
     await post_messages(worker, client, ("@alice:hs", "w1"), ("@alice:hs", "w2"))
     await post_messages(main, client, ("@alice:hs", "m2"))
@@ -56,7 +49,7 @@ async def test_tokens_from_one_instance_work_on_the_other_with_two_writers(start
     def caught_up(a, b) -> bool:
         return a.id_generator("inbox").get_positions() == b.id_generator("inbox").get_positions()
 
-    await wait_until(lambda: caught_up(main, worker))
+    await until(lambda: caught_up(main, worker))
     on_main, on_worker = client(main, "alice-token"), client(worker, "alice-token")
     from_main = await on_main.get("/sync")
     from_worker = await on_worker.get("/sync")
@@ -70,16 +63,16 @@ async def test_tokens_from_one_instance_work_on_the_other_with_two_writers(start
     since = from_worker.json()["next_batch"]
     await post_messages(worker, client, ("@alice:hs", "w3"))
     await post_messages(main, client, ("@alice:hs", "m3"))
-    await wait_until(lambda: caught_up(main, worker))
+    await until(lambda: caught_up(main, worker))
     got = bodies(await on_main.get("/sync", params={"since": since, "timeout": 2000}))
     assert sorted(got) == ["m3", "w3"]
 
 
-async def test_a_token_this_instance_has_not_reached_gets_an_empty_answer_after_a_bounded_wait(start_host, client):
-    main = await start_host("main")
-    worker = await start_host("worker1", http={"catch_up_timeout_seconds": 0.5})
+async def test_a_token_this_instance_has_not_reached_gets_an_empty_answer_after_a_bounded_wait(inbox_cluster, client):
+    main = await inbox_cluster("main")
+    worker = await inbox_cluster("worker1", http={"catch_up_timeout_seconds": 0.5})
     ids = await post_messages(main, client, ("@alice:hs", "a"))
-    await wait_until(lambda: worker.id_generator("inbox").get_current_token() >= ids[-1])
+    await until(lambda: worker.id_generator("inbox").get_current_token() >= ids[-1])
     await worker.disconnect_replication()
     await post_messages(main, client, ("@alice:hs", "b"))
     ahead = (await client(main, "alice-token").get("/sync")).json()["next_batch"]
@@ -91,7 +84,7 @@ async def test_a_token_this_instance_has_not_reached_gets_an_empty_answer_after_
     assert response.json() == {"next_batch": ahead, "streams": {}}
     # Once the worker catches up, the same token works there.
     await worker.connect_replication()
-    await wait_until(lambda: worker.id_generator("inbox").get_current_token() >= ids[-1] + 1)
+    await until(lambda: worker.id_generator("inbox").get_current_token() >= ids[-1] + 1)
     poll = asyncio.ensure_future(client(worker, "alice-token").get("/sync", params={"since": ahead, "timeout": 5000}))
     await asyncio.sleep(0.2)
     await post_messages(main, client, ("@alice:hs", "c"))
