@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from factstream import Database, MultiWriterIdGenerator, StreamSpec
-from factstream.idgen import WriterLeases
+from factstream import Database, StreamSpec
+from factstream.idgen import MultiWriterIdGenerator, WriterLeases
 
 
 class Writer:
