@@ -1,29 +1,20 @@
 """Fixtures for the cache tests: the demo store plugin (tests/plugins/cachedemo) with the bundled
-caches plugin and the notes test plugin, a migrated database, and in-process host factories."""
+caches plugin and the notes test plugin, a migrated database, and factstream.testing's
+``host_cluster`` on it (``await host_cluster("main", caches={...})``; ``notes`` written by main)."""
 
 from __future__ import annotations
 
-import socket
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from factstream.config import load_config
-from factstream.host.app import Host
 from factstream.migrate import Migrator
 from factstream.plugin.manager import load_plugins
+from factstream.testing import HostCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHEDEMO = ROOT / "tests" / "plugins" / "cachedemo"
 NOTES = ROOT / "tests" / "plugins" / "notes"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -39,28 +30,6 @@ def cache_db(plugin_installer, fresh_database, monkeypatch) -> str:
 
 
 @pytest.fixture
-async def make_hosts(cache_db, tmp_path) -> AsyncIterator[Callable[..., Any]]:
-    """``await make_hosts(name)``: a started Host (main serves TCP replication; worker1 connects)."""
-    started: list[Host] = []
-    port = free_port()
-
-    async def start(name: str, **caches: Any) -> Host:
-        settings = load_config(
-            environ={},
-            deployment="cachetest",
-            instance_name=name,
-            state_dir=str(tmp_path / "state"),
-            database={"url": cache_db},
-            instance_map={"main": {"host": "127.0.0.1", "replication_port": port}, "worker1": {"host": "127.0.0.1"}},
-            stream_writers={"notes": ["main"]},
-            caches=caches,
-        )
-        host = Host(settings, load_plugins())
-        await host.start()
-        started.append(host)
-        return host
-
-    yield start
-    for host in reversed(started):
-        if host.db is not None:
-            await host.stop()
+def host_cluster(cache_db: str, host_cluster: HostCluster) -> HostCluster:
+    """Hosts on ``cache_db`` (main serves TCP replication; worker1 connects), ``notes`` written by main."""
+    return host_cluster.configure(database=cache_db, stream_writers={"notes": ["main"]})

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from factstream.host.app import Host
+from factstream.testing import HostCluster
 
 
 def demo_store(host: Host) -> Any:
@@ -22,23 +23,10 @@ def demo_store(host: Host) -> Any:
     return host.api.state(DemoStore)
 
 
-async def until(predicate, timeout: float = 10.0, what: str = "condition") -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"{what} not reached in time")
-        await asyncio.sleep(0.005)
-
-
-async def pair(make_hosts) -> tuple[Host, Host]:
-    main = await make_hosts("main")
-    worker = await make_hosts("worker1")
-
-    def follows() -> bool:
-        return any({"caches", "notes"} <= s for s in worker.handler._connected.values())
-
-    await until(follows, what="worker1 following main's streams")
+async def pair(host_cluster: HostCluster) -> tuple[Host, Host]:
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "caches", "notes")
     return main, worker
 
 
@@ -48,8 +36,8 @@ async def seed(main: Host, worker: Host, values: dict[str, str]) -> None:
     assert await worker.wait_for_stream_position("main", "caches", stream_id, timeout=5)
 
 
-async def test_a_key_cached_on_the_worker_is_invalidated_when_main_writes(make_hosts):
-    main, worker = await pair(make_hosts)
+async def test_a_key_cached_on_the_worker_is_invalidated_when_main_writes(host_cluster):
+    main, worker = await pair(host_cluster)
     await seed(main, worker, {"k": "v1", "other": "o1"})
     store = demo_store(worker)
     assert await store.get_value("k") == "v1"
@@ -64,8 +52,8 @@ async def test_a_key_cached_on_the_worker_is_invalidated_when_main_writes(make_h
     assert await store.get_value("k") == "v2"
 
 
-async def test_whole_cache_invalidation_reaches_the_worker(make_hosts):
-    main, worker = await pair(make_hosts)
+async def test_whole_cache_invalidation_reaches_the_worker(host_cluster):
+    main, worker = await pair(host_cluster)
     await seed(main, worker, {"a": "1", "b": "2"})
     store = demo_store(worker)
     await store.get_value("a")
@@ -80,8 +68,8 @@ async def test_whole_cache_invalidation_reaches_the_worker(make_hosts):
     assert [await store.get_value("a"), await store.get_value("b")] == ["10", "20"]
 
 
-async def test_a_room_state_change_of_120_members_clears_that_rooms_state_caches_on_the_worker_only(make_hosts):
-    main, worker = await pair(make_hosts)
+async def test_a_room_state_change_of_120_members_clears_that_rooms_state_caches_on_the_worker_only(host_cluster):
+    main, worker = await pair(host_cluster)
     members = [f"@u{i}:hs" for i in range(120)]
     store = demo_store(worker)
     for room in ("!r:hs", "!other:hs"):
@@ -104,8 +92,8 @@ async def test_a_room_state_change_of_120_members_clears_that_rooms_state_caches
     assert await store.get_room_members("!r:hs") == "120 joined"
 
 
-async def test_a_reader_that_waits_for_the_new_position_never_reads_the_stale_value(make_hosts):
-    main, worker = await pair(make_hosts)
+async def test_a_reader_that_waits_for_the_new_position_never_reads_the_stale_value(host_cluster):
+    main, worker = await pair(host_cluster)
     await seed(main, worker, {"k": "0"})
     store = demo_store(worker)
     cache = worker.caches.get("demo_values")
@@ -138,8 +126,8 @@ async def test_a_reader_that_waits_for_the_new_position_never_reads_the_stale_va
     assert stale == []
 
 
-async def test_rows_of_a_plugin_stream_invalidate_through_its_invalidation_spec(make_hosts):
-    main, worker = await pair(make_hosts)
+async def test_rows_of_a_plugin_stream_invalidate_through_its_invalidation_spec(host_cluster):
+    main, worker = await pair(host_cluster)
     cache = worker.caches.get("demo_notes_by_author")
     cache.set(("ada",), ["old"])
     cache.set(("bob",), ["old"])
@@ -151,9 +139,9 @@ async def test_rows_of_a_plugin_stream_invalidate_through_its_invalidation_spec(
     assert cache.keys() == [("bob",)]
 
 
-async def test_the_worker_writes_its_own_invalidations_and_main_applies_them(make_hosts):
-    main, worker = await pair(make_hosts)
-    await until(lambda: any("caches" in s for s in main.handler._connected.values()), what="main following worker1")
+async def test_the_worker_writes_its_own_invalidations_and_main_applies_them(host_cluster):
+    main, worker = await pair(host_cluster)
+    await host_cluster.following(main, "caches")  # main follows worker1's caches-stream writes
     await seed(main, worker, {"k": "v1"})
     await demo_store(main).get_value("k")
 
@@ -163,8 +151,8 @@ async def test_the_worker_writes_its_own_invalidations_and_main_applies_them(mak
     assert await demo_store(main).get_value("k") == "from the worker"
 
 
-async def test_bad_rows_are_logged_with_the_row_and_skipped_and_the_stream_keeps_flowing(make_hosts, caplog):
-    main, worker = await pair(make_hosts)
+async def test_bad_rows_are_logged_with_the_row_and_skipped_and_the_stream_keeps_flowing(host_cluster, caplog):
+    main, worker = await pair(host_cluster)
     await seed(main, worker, {"k": "v1"})
     store = demo_store(worker)
     await store.get_value("k")
@@ -191,8 +179,8 @@ async def test_bad_rows_are_logged_with_the_row_and_skipped_and_the_stream_keeps
 
 
 @pytest.mark.parametrize("rows_behind", [250])
-async def test_a_worker_that_was_away_applies_the_invalidations_it_missed_when_it_catches_up(make_hosts, rows_behind):
-    main, worker = await pair(make_hosts)
+async def test_a_worker_that_was_away_applies_the_invalidations_it_missed_when_it_catches_up(host_cluster, rows_behind):
+    main, worker = await pair(host_cluster)
     await seed(main, worker, {f"k{i}": "old" for i in range(rows_behind)})
     store = demo_store(worker)
     for i in range(rows_behind):

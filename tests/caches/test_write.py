@@ -27,9 +27,9 @@ def rows_in(url: str) -> list[tuple]:
 
 
 async def test_an_invalidation_writes_its_row_in_the_transaction_and_clears_the_local_key_after_commit(
-    make_hosts, cache_db
+    host_cluster, cache_db
 ):
-    main = await make_hosts("main")
+    main = await host_cluster("main")
     cache = main.caches.get("demo_values")
     cache.set(("k",), "old")
     before = int(time.time() * 1000)
@@ -45,8 +45,8 @@ async def test_an_invalidation_writes_its_row_in_the_transaction_and_clears_the_
     assert main.id_generator("caches").get_current_token() == ids[0]
 
 
-async def test_a_rolled_back_write_leaves_no_row_and_the_local_cache_untouched(make_hosts, cache_db):
-    main = await make_hosts("main")
+async def test_a_rolled_back_write_leaves_no_row_and_the_local_cache_untouched(host_cluster, cache_db):
+    main = await host_cluster("main")
     cache = main.caches.get("demo_values")
     cache.set(("k",), "old")
 
@@ -59,8 +59,8 @@ async def test_a_rolled_back_write_leaves_no_row_and_the_local_cache_untouched(m
     assert cache.get(("k",)) == "old"
 
 
-async def test_invalidate_all_writes_a_row_with_null_keys(make_hosts, cache_db):
-    main = await make_hosts("main")
+async def test_invalidate_all_writes_a_row_with_null_keys(host_cluster, cache_db):
+    main = await host_cluster("main")
     cache = main.caches.get("demo_values")
     cache.set(("a",), "1")
     cache.set(("b",), "2")
@@ -73,8 +73,8 @@ async def test_invalidate_all_writes_a_row_with_null_keys(make_hosts, cache_db):
 
 
 @pytest.mark.parametrize("name", ["cs_cache_fake", "ph_cache_fake", "dr_cache_fake"])
-async def test_special_names_cannot_be_invalidated_wholesale(make_hosts, cache_db, name):
-    main = await make_hosts("main")
+async def test_special_names_cannot_be_invalidated_wholesale(host_cluster, cache_db, name):
+    main = await host_cluster("main")
 
     with pytest.raises(FactstreamError, match="cannot be invalidated wholesale"):
         async with main.database().transaction() as txn:
@@ -82,8 +82,8 @@ async def test_special_names_cannot_be_invalidated_wholesale(make_hosts, cache_d
     assert rows_in(cache_db) == []
 
 
-async def test_a_room_state_change_of_120_members_is_three_rows_of_one_transaction(make_hosts, cache_db):
-    main = await make_hosts("main")
+async def test_a_room_state_change_of_120_members_is_three_rows_of_one_transaction(host_cluster, cache_db):
+    main = await host_cluster("main")
     members = [f"@u{i}:hs" for i in range(120)]
     profiles = main.caches.get("demo_member_profile")
     profiles.set(("!r:hs", "@u7:hs"), "p")
@@ -99,8 +99,8 @@ async def test_a_room_state_change_of_120_members_is_three_rows_of_one_transacti
     assert len(profiles) == 0  # the local fan-out ran after the commit
 
 
-async def test_invalidating_a_key_of_the_wrong_shape_fails_the_write(make_hosts, cache_db):
-    main = await make_hosts("main")
+async def test_invalidating_a_key_of_the_wrong_shape_fails_the_write(host_cluster, cache_db):
+    main = await host_cluster("main")
 
     with pytest.raises(ValueError, match="has 2 component"):
         async with main.database().transaction() as txn:
@@ -111,8 +111,8 @@ async def test_invalidating_a_key_of_the_wrong_shape_fails_the_write(make_hosts,
     assert rows_in(cache_db) == []
 
 
-async def test_rows_read_back_by_the_streams_update_function_apply_on_another_registry(make_hosts, cache_db):
-    main = await make_hosts("main")
+async def test_rows_read_back_by_the_streams_update_function_apply_on_another_registry(host_cluster, cache_db):
+    main = await host_cluster("main")
     async with main.database().transaction() as txn:
         await main.caches.invalidate(txn, "demo_values", ("k",))
         await main.caches.invalidate_room_state(txn, "!r:hs", ["@a:hs"])
@@ -182,12 +182,12 @@ async def test_retention_deletes_old_rows_in_batches_of_at_most_batch_ids_and_ke
     assert [r[0] for r in remaining] == list(range(50_002, 50_102))
 
 
-async def test_retention_runs_on_the_main_instance_and_stops_with_the_host(make_hosts, cache_db):
+async def test_retention_runs_on_the_main_instance_and_stops_with_the_host(host_cluster, cache_db):
     now = int(time.time() * 1000)
     insert_rows(cache_db, range(2, 12), now - 10 * 24 * 3600 * 1000)
     insert_rows(cache_db, range(12, 14), now)
-    main = await make_hosts("main", retention_interval_seconds=0.05, retention_batch_ids=4)
-    await make_hosts("worker1")
+    main = await host_cluster("main", caches={"retention_interval_seconds": 0.05, "retention_batch_ids": 4})
+    await host_cluster("worker1")
     # A task of main's (host.spawn), and of main's only: the worker runs no retention.
     [task] = [t for t in asyncio.all_tasks() if t.get_name() == "caches-retention"]
 
