@@ -57,7 +57,7 @@ def test_export_never_passes_a_fact_in_flight_and_picks_it_up_next_time(
         async def finish():
             release.set()
             await held
-            await slow.gen._persister.flush()
+            await slow.gen.flush_position()
 
         loop_thread.run(finish())
         second = runner.run(job)
@@ -156,7 +156,7 @@ def test_in_flight_id_of_a_live_writer_bounds_the_watermark(export_db, export_pl
             release.set()
             await task
             await asyncio.sleep(0)
-            await w.gen._persister.flush()
+            await w.gen.flush_position()
 
         loop_thread.run(finish())
         assert _watermark(export_db, export_plugins) == held_id

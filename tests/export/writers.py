@@ -37,7 +37,7 @@ class Writer:
         """Commit ``rows`` (one fact each) in one transaction; returns their stream IDs."""
         async with self.db.transaction() as txn:
             ids = await self.gen.append_many_txn(txn, table, rows)
-        await self.gen._persister.flush() if self.gen._persister else None
+        await self.gen.flush_position()
         return ids
 
     async def hold(self, table: str, row: Mapping[str, Any]) -> tuple[int, asyncio.Event, asyncio.Task[None]]:

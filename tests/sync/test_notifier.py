@@ -8,6 +8,7 @@ import pytest
 
 from factstream.sync import Notifier, StreamToken, SyncKeyLayout
 from factstream.sync.notifier import WAKEUPS
+from factstream.testing import until
 
 LAYOUT = SyncKeyLayout.of("facts_key", "other_key")
 
@@ -40,12 +41,6 @@ class Recorder:
         return self.results.pop(0) if self.results else ["something"]
 
 
-async def until(condition, timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.001)
-
-
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
@@ -60,7 +55,7 @@ async def test_a_wait_is_woken_by_an_event_for_its_user(clock, notifier):
     since = clock.token
     callback = Recorder()
     task = asyncio.create_task(notifier.wait_for_events("@alice", since, 10, callback))
-    await until(lambda: notifier.open_waits == 1)
+    await until(lambda: notifier.open_waits == 1, 5.0)
     assert callback.calls == []
 
     new = clock.advance()
@@ -76,7 +71,7 @@ async def test_a_wait_is_woken_by_an_event_for_its_user(clock, notifier):
 async def test_a_wait_is_woken_through_a_room_the_user_is_in(clock, notifier):
     notifier.set_user_rooms("@alice", ["!room"])
     task = asyncio.create_task(notifier.wait_for_events("@alice", clock.token, 10, Recorder()))
-    await until(lambda: notifier.open_waits == 1)
+    await until(lambda: notifier.open_waits == 1, 5.0)
     clock.advance()
     assert notifier.on_new_event("facts_key", rooms=["!elsewhere"]) == 0
     assert notifier.on_new_event("facts_key", rooms=["!room"]) == 1
@@ -88,7 +83,7 @@ async def test_leaving_a_room_stops_its_wake_ups(clock, notifier):
     notifier.set_user_rooms("@alice", ["!b"])
     assert notifier.user_rooms("@alice") == {"!b"}
     task = asyncio.create_task(notifier.wait_for_events("@alice", clock.token, 0.2, Recorder()))
-    await until(lambda: notifier.open_waits == 1)
+    await until(lambda: notifier.open_waits == 1, 5.0)
     assert notifier.on_new_event("facts_key", rooms=["!a"]) == 0
     notifier.forget_user("@alice")
     assert notifier.on_new_event("facts_key", rooms=["!b"]) == 0
@@ -120,7 +115,7 @@ async def test_an_empty_result_waits_again_from_the_token_it_covered(clock, noti
     task = asyncio.create_task(notifier.wait_for_events("@alice", since, 10, callback))
     tokens = [since]
     for _ in range(3):
-        await until(lambda: notifier.listening("@alice") == 1)
+        await until(lambda: notifier.listening("@alice") == 1, 5.0)
         tokens.append(clock.advance())
         notifier.on_new_event("facts_key", users=["@alice"])
     result = await task
@@ -132,7 +127,7 @@ async def test_an_empty_result_waits_again_from_the_token_it_covered(clock, noti
 async def test_a_timeout_after_empty_results_returns_the_last_covered_token(clock, notifier):
     callback = Recorder([[]])
     task = asyncio.create_task(notifier.wait_for_events("@alice", clock.token, 0.3, callback))
-    await until(lambda: notifier.open_waits == 1)
+    await until(lambda: notifier.open_waits == 1, 5.0)
     covered = clock.advance()
     notifier.on_new_event("facts_key", users=["@alice"])
     result = await task
@@ -142,7 +137,7 @@ async def test_a_timeout_after_empty_results_returns_the_last_covered_token(cloc
 
 async def test_the_current_token_is_computed_once_per_event_however_many_users_wake(clock, notifier):
     tasks = [asyncio.create_task(notifier.wait_for_events(f"@u{i}", clock.token, 10, Recorder())) for i in range(50)]
-    await until(lambda: notifier.open_waits == 50)
+    await until(lambda: notifier.open_waits == 50, 5.0)
     clock.advance()
     reads = clock.reads
     assert notifier.on_new_event("facts_key", users=[f"@u{i}" for i in range(50)]) == 50
@@ -154,7 +149,7 @@ async def test_one_event_wakes_only_its_users_wait_among_a_thousand(clock, notif
     callbacks = {f"@u{i}": Recorder() for i in range(1000)}
     tasks = {u: asyncio.create_task(notifier.wait_for_events(u, clock.token, 30, cb)) for u, cb in callbacks.items()}
     try:
-        await until(lambda: notifier.open_waits == 1000)
+        await until(lambda: notifier.open_waits == 1000, 5.0)
         before = WAKEUPS._value.get()
         clock.advance()
 
@@ -201,7 +196,7 @@ async def test_idle_user_streams_expire_and_waiting_ones_do_not(clock):
     notifier = Notifier(clock, idle_expiry=600, clock=lambda: now[0])
     await notifier.wait_for_events("@idle", clock.token, 0, Recorder())
     task = asyncio.create_task(notifier.wait_for_events("@busy", clock.token, 30, Recorder()))
-    await until(lambda: notifier.open_waits == 1)
+    await until(lambda: notifier.open_waits == 1, 5.0)
     assert notifier.user_stream_count == 2
 
     now[0] = 599
@@ -220,7 +215,7 @@ async def test_idle_user_streams_expire_and_waiting_ones_do_not(clock):
 
 async def test_a_cancelled_wait_leaves_nothing_behind(clock, notifier):
     task = asyncio.create_task(notifier.wait_for_events("@alice", clock.token, 30, Recorder()))
-    await until(lambda: notifier.open_waits == 1)
+    await until(lambda: notifier.open_waits == 1, 5.0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
