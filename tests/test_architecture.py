@@ -100,6 +100,88 @@ def test_the_import_checks_catch_violations(tmp_path):
     assert core_violations(core, {"factstream_bad"}) == ["core/x.py:1 imports plugin package factstream_bad.rows"]
 
 
+TYPED_PLUGIN_ROOTS = [ROOT / "plugins", ROOT / "tests" / "plugins"]
+
+
+def _is_hookimpl(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return (isinstance(target, ast.Attribute) and target.attr == "hookimpl") or (
+        isinstance(target, ast.Name) and target.id == "hookimpl"
+    )
+
+
+def _mentions_any(annotation: ast.expr) -> bool:
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):  # a string annotation
+        annotation = ast.parse(annotation.value, mode="eval").body
+    return any(
+        (isinstance(node, ast.Name) and node.id == "Any") or (isinstance(node, ast.Attribute) and node.attr == "Any")
+        for node in ast.walk(annotation)
+    )
+
+
+def untyped_hooks(root: Path) -> list[str]:
+    """Hook implementations under ``root`` with a parameter or return that is not annotated, or is ``Any``."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if not any(_is_hookimpl(d) for d in node.decorator_list):
+                continue
+            where = f"{path.relative_to(root.parent)}:{node.lineno} {node.name}"
+            for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
+                if arg.annotation is None:
+                    out.append(f"{where}: parameter {arg.arg!r} is not annotated")
+                elif _mentions_any(arg.annotation):
+                    out.append(f"{where}: parameter {arg.arg!r} is Any")
+            if node.returns is None:
+                out.append(f"{where}: the return is not annotated")
+            elif _mentions_any(node.returns):
+                out.append(f"{where}: returns Any")
+    return out
+
+
+@pytest.mark.parametrize("root", TYPED_PLUGIN_ROOTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_plugin_hooks_are_typed_without_any(root):
+    """The bundled and test plugins type their hooks with the plugin API (``HostApi`` ...), never ``Any``."""
+    assert untyped_hooks(root) == []
+
+
+def test_bundled_route_endpoints_take_the_host_api_and_no_any():
+    import typing
+
+    from factstream.plugin.manager import load_plugins
+
+    registry = load_plugins().registry
+    bundled = {p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").exists()}
+    routes = [r for r in registry.routes if r.plugin in bundled]
+    if not routes:
+        pytest.skip("the bundled plugins are not installed (uv sync --all-packages)")
+    for reg in routes:
+        endpoint = reg.spec.endpoint
+        hints = typing.get_type_hints(endpoint)
+        params = list(inspect.signature(endpoint).parameters)
+        where = f"{reg.plugin}: {reg.spec.path} ({endpoint.__name__})"
+        assert len(params) == 2 and hints.get(params[1]) is factstream.HostApi, where
+        assert set(hints) == {*params, "return"}, f"{where}: every parameter and the return are annotated"
+        assert typing.Any not in hints.values(), f"{where} takes or returns Any"
+
+
+def test_the_typing_check_catches_untyped_hooks(tmp_path):
+    plugin = tmp_path / "plugins" / "loose" / "factstream_loose"
+    plugin.mkdir(parents=True)
+    (plugin / "__init__.py").write_text(
+        "from typing import Any\nimport factstream\n\n"
+        "@factstream.hookimpl\ndef startup(host: Any) -> None: ...\n\n"
+        "@factstream.hookimpl\nasync def shutdown(host): ...\n"
+    )
+    assert untyped_hooks(tmp_path / "plugins") == [
+        "plugins/loose/factstream_loose/__init__.py:5 startup: parameter 'host' is Any",
+        "plugins/loose/factstream_loose/__init__.py:8 shutdown: parameter 'host' is not annotated",
+        "plugins/loose/factstream_loose/__init__.py:8 shutdown: the return is not annotated",
+    ]
+
+
 def test_public_api_exports_exist():
     for name in factstream.__all__:
         assert hasattr(factstream, name), name
