@@ -55,7 +55,7 @@ def inbox_cluster(inbox_db, plugin_installer, host_cluster: HostCluster) -> Host
     """``await inbox_cluster("main", stream_writers={"inbox": [...]}, http={...})`` -> a started Host."""
     return host_cluster.configure(
         database=inbox_db,
-        plugins=lambda: installed_plugins(plugin_installer),
+        plugin_host=lambda: installed_plugins(plugin_installer),
         stream_writers={"inbox": ["main"]},
         http={"tokens": TOKENS},
     )

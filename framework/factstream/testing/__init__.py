@@ -38,8 +38,10 @@ Fixtures:
 
 ``host_cluster.configure(transport="redis")`` replicates over ``redis_url`` instead of TCP (main listens
 on ``host_cluster.main_port``); ``configure(database=URL)`` uses a database the test migrated itself;
-``configure(plugins=...)`` gives the hosts a ``PluginHost`` (or a function making one per host) instead
-of every installed plugin.
+``configure(plugin_host=...)`` gives the hosts a ``PluginHost`` (or a function making one per host)
+instead of every installed plugin. Keyword arguments of ``configure`` and of a start are configuration
+(merged: mappings key by key, lists and values replaced); ``environ={...}`` at a start adds
+``FACTSTREAM_...`` variables.
 
 Helpers: ``free_port()``; ``await until(predicate, timeout=10.0, what="condition")`` polls a function
 (or coroutine function) until it returns something truthy and fails the test naming ``what``;
@@ -353,7 +355,7 @@ async def host_cluster(
     """
     cluster = HostCluster(
         tmp_path / "state",
-        database=lambda: _migrate(fresh_database, cluster.plugins()),
+        database=lambda: _migrate(fresh_database, cluster.plugin_host()),
         redis_url=lambda: str(request.getfixturevalue("redis_url")),
     )
     try:

@@ -16,7 +16,7 @@ scalars replace (``stream_writers={"notes": ["main", "worker1"]}``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,9 @@ class HostCluster:
 
     ``database`` is the URL of a migrated database, or a function returning one (called at the first
     start: the fixture migrates a fresh database then, with the plugins installed by that time).
-    ``redis_url`` likewise gives the Redis URL when the transport is ``"redis"``. ``plugins`` is the
-    :class:`~factstream.plugin.manager.PluginHost` of every host, or a function called for each host
-    as it starts; by default each host loads the installed plugins (``load_plugins()``).
+    ``redis_url`` likewise gives the Redis URL when the transport is ``"redis"``. ``plugin_host`` is
+    the :class:`~factstream.plugin.manager.PluginHost` of every host, or a function called for each
+    host as it starts; by default each host loads the installed plugins (``load_plugins()``).
     """
 
     def __init__(
@@ -51,7 +51,7 @@ class HostCluster:
         *,
         database: str | Callable[[], str],
         redis_url: str | Callable[[], str] | None = None,
-        plugins: PluginSource | None = None,
+        plugin_host: PluginSource | None = None,
         transport: str = "tcp",
         deployment: str = "test",
         instances: Sequence[str] = DEFAULT_INSTANCES,
@@ -64,7 +64,7 @@ class HostCluster:
         self._database = database
         self._database_url: str | None = None
         self._redis = redis_url
-        self._plugins = plugins
+        self._plugin_host = plugin_host
         self._transport = "tcp"
         self._deployment = deployment
         self._instances: tuple[str, ...] = ()
@@ -77,7 +77,7 @@ class HostCluster:
         self,
         *,
         database: str | Callable[[], str] | None = None,
-        plugins: PluginSource | None = None,
+        plugin_host: PluginSource | None = None,
         transport: str | None = None,
         deployment: str | None = None,
         instances: Sequence[str] | None = None,
@@ -86,17 +86,17 @@ class HostCluster:
         """Set what the hosts started from now on get; returns the cluster.
 
         ``database``: the URL of an already migrated database to use instead of the fixture's.
-        ``plugins``: see the class. ``transport``: ``"tcp"`` (default) or ``"redis"``.
+        ``plugin_host``: see the class. ``transport``: ``"tcp"`` (default) or ``"redis"``.
         ``deployment``: the server name (and Redis channel), ``"test"`` by default. ``instances``: the
         names of the ``instance_map``, main first. ``config``: configuration defaults of every host
-        (``stream_writers={...}``, ``http={...}``, ``caches={...}``...), merged into those given before.
+        (``stream_writers={...}``, ``http={...}``, ``plugins={...}``...), merged into those given before.
         """
         if database is not None:
             if self.started:
                 raise RuntimeError("the database of a cluster cannot change once a host has started")
             self._database, self._database_url = database, None
-        if plugins is not None:
-            self._plugins = plugins
+        if plugin_host is not None:
+            self._plugin_host = plugin_host
         if transport is not None:
             if transport not in TRANSPORTS:
                 raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
@@ -131,11 +131,11 @@ class HostCluster:
             raise RuntimeError("this cluster has no Redis URL")
         return self._redis if isinstance(self._redis, str) else self._redis()
 
-    def plugins(self) -> PluginHost:
+    def plugin_host(self) -> PluginHost:
         """The plugins of the next host to start."""
-        if self._plugins is None:
+        if self._plugin_host is None:
             return load_plugins()
-        return self._plugins if isinstance(self._plugins, PluginHost) else self._plugins()
+        return self._plugin_host if isinstance(self._plugin_host, PluginHost) else self._plugin_host()
 
     def config(self, name: str = "main", **overrides: Any) -> dict[str, Any]:
         """The configuration (a mapping, as in a YAML file) host ``name`` would start with."""
@@ -152,19 +152,22 @@ class HostCluster:
             base["redis"] = {"url": self.redis_url}
         return merge_config(base, self._defaults, overrides)
 
-    def settings(self, name: str = "main", **overrides: Any) -> Settings:
-        """The :class:`~factstream.config.Settings` host ``name`` would start with."""
-        return load_config(environ={}, **self.config(name, **overrides))
+    def settings(self, name: str = "main", *, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """The :class:`~factstream.config.Settings` host ``name`` would start with: read from
+        :meth:`config` and ``environ`` (``FACTSTREAM_...`` variables; none by default), as ``factstream
+        run`` reads its file and the environment."""
+        return load_config(environ=dict(environ or {}), **self.config(name, **overrides))
 
     # -- hosts -----------------------------------------------------------------------------------------
 
-    async def start(self, name: str = "main", **overrides: Any) -> Host:
+    async def start(self, name: str = "main", *, environ: Mapping[str, str] | None = None, **overrides: Any) -> Host:
         """Start host ``name`` with its configuration overrides (``stream_writers=...``, ``http=...``,
-        ``replication={"secret": ...}``...); returns it once started.
+        ``replication={"secret": ...}``, ``plugins={...}``...) and environment (see :meth:`settings`);
+        returns it once started.
 
         A host whose start fails is stopped again (what it had started) before the error propagates.
         """
-        host = Host(self.settings(name, **overrides), self.plugins())
+        host = Host(self.settings(name, environ=environ, **overrides), self.plugin_host())
         try:
             await host.start()
         except Exception:
@@ -174,9 +177,9 @@ class HostCluster:
         self.started.append(host)
         return host
 
-    async def __call__(self, name: str = "main", **overrides: Any) -> Host:
+    async def __call__(self, name: str = "main", *, environ: Mapping[str, str] | None = None, **overrides: Any) -> Host:
         """``await cluster(name, **overrides)``: :meth:`start`."""
-        return await self.start(name, **overrides)
+        return await self.start(name, environ=environ, **overrides)
 
     def __getitem__(self, name: str) -> Host:
         """The host named ``name`` started last."""
