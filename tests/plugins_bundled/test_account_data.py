@@ -3,16 +3,15 @@ the hosts' HTTP API."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
 import pytest
 
 from factstream.errors import ConfigError
 from factstream.host.app import Host
-from tests.plugins_bundled.conftest import following, positions, seen_rows
-from tests.plugins_bundled.support import Hosts, sync
+from factstream.testing import HostCluster
+from tests.plugins_bundled.conftest import positions, seen_rows, writing
+from tests.plugins_bundled.support import TOKENS, sync
 
 ALICE = "@alice:hs"
 BOB = "@bob:hs"
@@ -21,21 +20,9 @@ ROOM_PATH = "/user/{user}/rooms/{room}/account_data/{type}"
 
 
 @pytest.fixture
-async def hosts(bundled_db, tmp_path) -> AsyncIterator[Hosts]:
-    async with Hosts(bundled_db, tmp_path) as hosts:
-        yield hosts
-
-
-@pytest.fixture
-def make_host(hosts: Hosts) -> Callable[..., Any]:
-    """``await make_host(name, writers=..., http=..., plugins=...)``: a started host (see ``Hosts``)."""
-    return hosts.start
-
-
-@pytest.fixture
-def client_for(hosts: Hosts) -> Callable[[Host, str], httpx.AsyncClient]:
-    """``client_for(host, user)``: a client of the host's HTTP API with ``user``'s bearer token."""
-    return hosts.client
+def host_cluster(host_cluster: HostCluster) -> HostCluster:
+    """Hosts that accept the bearer tokens ``client_for`` uses."""
+    return host_cluster.configure(http={"tokens": TOKENS})
 
 
 def store(host: Host) -> Any:
@@ -44,15 +31,15 @@ def store(host: Host) -> Any:
     return host.api.state(AccountDataStore)
 
 
-async def pair(make_host) -> tuple[Host, Host]:
-    main = await make_host("main")
-    worker = await make_host("worker1")
-    await following(worker, "account_data")
+async def pair(host_cluster) -> tuple[Host, Host]:
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "account_data")
     return main, worker
 
 
-async def test_put_then_get_returns_the_object_byte_for_byte(make_host, client_for):
-    main = await make_host("main")
+async def test_put_then_get_returns_the_object_byte_for_byte(host_cluster, client_for):
+    main = await host_cluster("main")
     client = client_for(main, ALICE)
     body = b'{ "z": 1.10, "a": 123456789012345678901234567890, "a": [true, null], "\\u00e9": "\xc3\xa9" }'
 
@@ -65,8 +52,8 @@ async def test_put_then_get_returns_the_object_byte_for_byte(make_host, client_f
     assert got.content == body
 
 
-async def test_global_and_per_room_data_of_one_type_are_separate(make_host, client_for):
-    main = await make_host("main")
+async def test_global_and_per_room_data_of_one_type_are_separate(host_cluster, client_for):
+    main = await host_cluster("main")
     client = client_for(main, ALICE)
     await client.put(GLOBAL_PATH.format(user=ALICE, type="m.t"), json={"where": "global"})
     await client.put(ROOM_PATH.format(user=ALICE, room="!r1:hs", type="m.t"), json={"where": "r1"})
@@ -78,8 +65,8 @@ async def test_global_and_per_room_data_of_one_type_are_separate(make_host, clie
     assert "no account data of type m.t in room !r2:hs" in missing.json()["error"]
 
 
-async def test_a_value_cached_on_the_worker_is_replaced_once_the_change_is_replicated(make_host):
-    main, worker = await pair(make_host)
+async def test_a_value_cached_on_the_worker_is_replaced_once_the_change_is_replicated(host_cluster):
+    main, worker = await pair(host_cluster)
     first = await store(main).put(ALICE, None, "m.t", '{"v": 1}')
     assert await worker.wait_for_stream_position("main", "account_data", first)
     assert await store(worker).get_content(ALICE, "", "m.t") == '{"v": 1}'
@@ -94,8 +81,8 @@ async def test_a_value_cached_on_the_worker_is_replaced_once_the_change_is_repli
     assert await store(main).get_content(ALICE, "", "m.t") == '{"v": 2}'
 
 
-async def test_sync_returns_each_changed_type_once_with_its_latest_content_and_only_the_users_own(make_host):
-    main = await make_host("main")
+async def test_sync_returns_each_changed_type_once_with_its_latest_content_and_only_the_users_own(host_cluster):
+    main = await host_cluster("main")
     s = store(main)
     await s.put(ALICE, None, "m.old", '{"v": 0}')
     _, token = await sync(main, "account_data", ALICE, {})
@@ -115,10 +102,10 @@ async def test_sync_returns_each_changed_type_once_with_its_latest_content_and_o
     assert [bytes(i["content"]) for i in (await sync(main, "account_data", BOB, token))[0]] == [b'{"bob": 1}']
 
 
-async def test_with_two_writers_the_latest_value_is_the_highest_stream_id_whatever_the_sync_order(make_host):
-    main = await make_host("main", writers=["main", "worker1"])
-    worker = await make_host("worker1", writers=["main", "worker1"])
-    await following(worker, "account_data")
+async def test_with_two_writers_the_latest_value_is_the_highest_stream_id_whatever_the_sync_order(host_cluster):
+    main = await host_cluster("main", stream_writers=writing("main", "worker1"))
+    worker = await host_cluster("worker1", stream_writers=writing("main", "worker1"))
+    await host_cluster.following(worker, "account_data")
     older = await store(worker).put(ALICE, None, "m.t", '{"from": "worker1"}')
     newer = await store(main).put(ALICE, None, "m.t", '{"from": "main"}')
     assert older < newer
@@ -131,11 +118,11 @@ async def test_with_two_writers_the_latest_value_is_the_highest_stream_id_whatev
     assert [bytes(i["content"]) for i in items] == [b'{"from": "main"}'], "an older change must not win"
 
 
-async def test_bad_requests_are_refused_with_a_message_and_store_nothing(make_host, client_for):
+async def test_bad_requests_are_refused_with_a_message_and_store_nothing(host_cluster, client_for):
     limit = {"account_data": {"max_body_bytes": 100}}
-    main = await make_host("main", plugins=limit)
-    worker = await make_host("worker1", plugins=limit)
-    await following(worker, "account_data")
+    main = await host_cluster("main", plugins=limit)
+    worker = await host_cluster("worker1", plugins=limit)
+    await host_cluster.following(worker, "account_data")
     client = client_for(main, ALICE)
     path = GLOBAL_PATH.format(user=ALICE, type="m.t")
     before = positions(main, "account_data")
@@ -171,8 +158,8 @@ async def test_bad_requests_are_refused_with_a_message_and_store_nothing(make_ho
 
 
 @pytest.mark.slow
-async def test_105_changes_written_while_the_worker_is_disconnected_arrive_in_order_once(make_host):
-    main, worker = await pair(make_host)
+async def test_105_changes_written_while_the_worker_is_disconnected_arrive_in_order_once(host_cluster):
+    main, worker = await pair(host_cluster)
     before = await store(main).put(BOB, None, "m.warm", "{}")
     assert await worker.wait_for_stream_position("main", "account_data", before)
     await worker.disconnect_replication()
@@ -193,18 +180,18 @@ async def test_105_changes_written_while_the_worker_is_disconnected_arrive_in_or
 
 
 async def test_the_body_limit_is_a_setting_and_a_bad_one_stops_the_start_naming_plugin_and_key(
-    hosts: Hosts, client_for
+    host_cluster, client_for
 ):
     with pytest.raises(ConfigError) as bad:
-        await hosts.start("main", plugins={"account_data": {"max_body_bytes": 0}})
+        await host_cluster("main", plugins={"account_data": {"max_body_bytes": 0}})
     assert "plugins.account_data.max_body_bytes" in str(bad.value)
     assert "FACTSTREAM_PLUGINS__ACCOUNT_DATA__MAX_BODY_BYTES" in str(bad.value)
     with pytest.raises(ConfigError, match=r"plugins\.account_data\.max_body_size.*unknown key"):
-        await hosts.start("main", plugins={"account_data": {"max_body_size": 10}})
+        await host_cluster("main", plugins={"account_data": {"max_body_size": 10}})
     with pytest.raises(ConfigError, match=r"plugins\.account_data\.max_body_bytes"):
-        await hosts.start("main", environ={"FACTSTREAM_PLUGINS__ACCOUNT_DATA__MAX_BODY_BYTES": "lots"})
+        await host_cluster("main", environ={"FACTSTREAM_PLUGINS__ACCOUNT_DATA__MAX_BODY_BYTES": "lots"})
 
-    main = await hosts.start("main", environ={"FACTSTREAM_PLUGINS__ACCOUNT_DATA__MAX_BODY_BYTES": "20"})
+    main = await host_cluster("main", environ={"FACTSTREAM_PLUGINS__ACCOUNT_DATA__MAX_BODY_BYTES": "20"})
     client = client_for(main, ALICE)
     path = GLOBAL_PATH.format(user=ALICE, type="m.t")
     assert (await client.put(path, json={"a": 1})).status_code == 200

@@ -13,11 +13,11 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 async def test_account_data_latest_gives_one_row_per_user_room_and_type_with_its_last_change(
-    make_host, tmp_path, spark
+    host_cluster, tmp_path, spark
 ):
     from factstream_account_data import AccountDataStore
 
-    main = await make_host("main")
+    main = await host_cluster("main")
     store = main.api.state(AccountDataStore)
     ids = []
     for n in range(3):
@@ -43,11 +43,11 @@ async def test_account_data_latest_gives_one_row_per_user_room_and_type_with_its
     ]
 
 
-async def test_to_device_daily_counts_messages_per_day_and_event_type(make_host, tmp_path, spark):
+async def test_to_device_daily_counts_messages_per_day_and_event_type(host_cluster, tmp_path, spark):
     from factstream_to_device.messages import Message
     from factstream_to_device.store import ToDeviceStore
 
-    main = await make_host("main")
+    main = await host_cluster("main")
     store = main.api.state(ToDeviceStore)
     await store.send("@s:hs", "m.key", "t1", "h1", [Message("@a:hs", "PHONE", "{}"), Message("@b:hs", "PC", "{}")])
     await store.send("@s:hs", "m.key", "t2", "h2", [Message("@a:hs", "PHONE", "{}")])

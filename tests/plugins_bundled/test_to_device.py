@@ -4,16 +4,14 @@ hosts' HTTP API."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
-from typing import Any
 
-import httpx
 import pytest
 
 from factstream.errors import ConfigError
 from factstream.host.app import Host
-from tests.plugins_bundled.conftest import following, positions, seen_rows
-from tests.plugins_bundled.support import Hosts, sync
+from factstream.testing import HostCluster
+from tests.plugins_bundled.conftest import positions, seen_rows
+from tests.plugins_bundled.support import TOKENS, sync
 
 ALICE = "@alice:hs"
 BOB = "@bob:hs"
@@ -21,21 +19,9 @@ SEND = "/sendToDevice/{type}/{txn}"
 
 
 @pytest.fixture
-async def hosts(bundled_db, tmp_path) -> AsyncIterator[Hosts]:
-    async with Hosts(bundled_db, tmp_path) as hosts:
-        yield hosts
-
-
-@pytest.fixture
-def make_host(hosts: Hosts) -> Callable[..., Any]:
-    """``await make_host(name, writers=..., http=..., plugins=...)``: a started host (see ``Hosts``)."""
-    return hosts.start
-
-
-@pytest.fixture
-def client_for(hosts: Hosts) -> Callable[[Host, str], httpx.AsyncClient]:
-    """``client_for(host, user)``: a client of the host's HTTP API with ``user``'s bearer token."""
-    return hosts.client
+def host_cluster(host_cluster: HostCluster) -> HostCluster:
+    """Hosts that accept the bearer tokens ``client_for`` uses."""
+    return host_cluster.configure(http={"tokens": TOKENS})
 
 
 async def send(client, txn: str, messages: dict, event_type: str = "m.test") -> dict:
@@ -57,9 +43,9 @@ def contents(items: list[dict]) -> list[dict]:
 
 
 async def test_a_device_receives_its_messages_in_order_and_they_are_deleted_only_when_acknowledged(
-    make_host, client_for
+    host_cluster, client_for
 ):
-    main = await make_host("main")
+    main = await host_cluster("main")
     alice = client_for(main, ALICE)
     for n in range(3):
         await send(alice, f"t{n}", {BOB: {"PHONE": {"n": n}, "LAPTOP": {"other": n}}})
@@ -80,8 +66,8 @@ async def test_a_device_receives_its_messages_in_order_and_they_are_deleted_only
     assert len(await inbox(main, BOB, "LAPTOP")) == 3
 
 
-async def test_content_is_kept_byte_for_byte(make_host, client_for):
-    main = await make_host("main")
+async def test_content_is_kept_byte_for_byte(host_cluster, client_for):
+    main = await host_cluster("main")
     body = b'{"messages": {"@bob:hs": {"D": { "z" : 1.10, "a": 1e400, "a": 1234567890.12345678901234567890 }}}}'
     response = await client_for(main, ALICE).put(SEND.format(type="m.raw", txn="t"), content=body)
     assert response.status_code == 200, response.text
@@ -96,9 +82,9 @@ async def test_content_is_kept_byte_for_byte(make_host, client_for):
 
 
 async def test_a_transaction_id_replayed_with_the_same_body_stores_nothing_new_and_a_different_body_is_409(
-    make_host, client_for
+    host_cluster, client_for
 ):
-    main = await make_host("main")
+    main = await host_cluster("main")
     alice = client_for(main, ALICE)
     messages = {BOB: {"D1": {"a": 1}, "D2": {"b": 2}}}
     first = await send(alice, "txn1", messages)
@@ -124,9 +110,9 @@ async def test_a_transaction_id_replayed_with_the_same_body_stores_nothing_new_a
 
 
 async def test_star_reaches_every_known_device_and_devices_become_known_by_syncing_or_registering(
-    make_host, client_for
+    host_cluster, client_for
 ):
-    main = await make_host("main")
+    main = await host_cluster("main")
     await sync(main, "to_device", BOB, {}, device="SYNCED")
     registered = await client_for(main, BOB).put("/devices/REGISTERED")
     assert (registered.status_code, registered.json()) == (200, {})
@@ -139,8 +125,8 @@ async def test_star_reaches_every_known_device_and_devices_become_known_by_synci
     assert await inbox(main, BOB, "REGISTERED") == ['{"hello":true}']
 
 
-async def test_a_response_cut_by_the_limit_never_loses_the_rest_whatever_token_comes_next(make_host, client_for):
-    main = await make_host("main")
+async def test_a_response_cut_by_the_limit_never_loses_the_rest_whatever_token_comes_next(host_cluster, client_for):
+    main = await host_cluster("main")
     alice = client_for(main, ALICE)
     for n in range(5):
         await send(alice, f"t{n}", {BOB: {"D": {"n": n}}})
@@ -156,10 +142,10 @@ async def test_a_response_cut_by_the_limit_never_loses_the_rest_whatever_token_c
     assert await inbox(main, BOB, "D") == []
 
 
-async def test_bad_requests_are_refused_with_a_message_and_store_nothing(make_host, client_for):
+async def test_bad_requests_are_refused_with_a_message_and_store_nothing(host_cluster, client_for):
     limit = {"to_device": {"max_body_bytes": 200}}
-    main = await make_host("main", plugins=limit)
-    worker = await make_host("worker1", plugins=limit)
+    main = await host_cluster("main", plugins=limit)
+    worker = await host_cluster("worker1", plugins=limit)
     alice = client_for(main, ALICE)
     path = SEND.format(type="m.test", txn="bad")
     before = positions(main, "to_device")
@@ -203,10 +189,10 @@ async def test_bad_requests_are_refused_with_a_message_and_store_nothing(make_ho
 
 
 @pytest.mark.slow
-async def test_101_messages_written_while_the_worker_is_disconnected_arrive_in_order_once(make_host, client_for):
-    main = await make_host("main")
-    worker = await make_host("worker1")
-    await following(worker, "to_device")
+async def test_101_messages_written_while_the_worker_is_disconnected_arrive_in_order_once(host_cluster, client_for):
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "to_device")
     alice = client_for(main, ALICE)
     await send(alice, "warm", {BOB: {"D": {"warm": True}}})
     warm = positions(main, "to_device")["main"]
@@ -230,18 +216,18 @@ async def test_101_messages_written_while_the_worker_is_disconnected_arrive_in_o
 
 
 async def test_the_body_limit_is_a_setting_and_a_bad_one_stops_the_start_naming_plugin_and_key(
-    hosts: Hosts, client_for
+    host_cluster, client_for
 ):
     with pytest.raises(ConfigError) as bad:
-        await hosts.start("main", plugins={"to_device": {"max_body_bytes": -5}})
+        await host_cluster("main", plugins={"to_device": {"max_body_bytes": -5}})
     assert "invalid settings of plugin 'to_device'" in str(bad.value)
     assert "plugins.to_device.max_body_bytes" in str(bad.value)
     with pytest.raises(ConfigError, match=r"plugins\.to_device\.max_body_bytes \(env FACTSTREAM_PLUGINS__TO_DEVICE"):
-        await hosts.start("main", environ={"FACTSTREAM_PLUGINS__TO_DEVICE__MAX_BODY_BYTES": "64k"})
+        await host_cluster("main", environ={"FACTSTREAM_PLUGINS__TO_DEVICE__MAX_BODY_BYTES": "64k"})
     with pytest.raises(ConfigError, match=r"plugins\.to_device\.limit.*unknown key"):
-        await hosts.start("main", plugins={"to_device": {"limit": 10}})
+        await host_cluster("main", plugins={"to_device": {"limit": 10}})
 
-    main = await hosts.start("main", environ={"FACTSTREAM_PLUGINS__TO_DEVICE__MAX_BODY_BYTES": "100"})
+    main = await host_cluster("main", environ={"FACTSTREAM_PLUGINS__TO_DEVICE__MAX_BODY_BYTES": "100"})
     alice = client_for(main, ALICE)
     assert await send(alice, "small", {BOB: {"D": {}}}) == {"stored": 1}
     large = await alice.put(SEND.format(type="m.test", txn="large"), json={"messages": {BOB: {"D": {"x": "y" * 100}}}})

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from factstream.db.engine import libpq_url
 from factstream.host.app import Host
-from tests.plugins_bundled.conftest import following
+from factstream.testing import HostCluster
+from tests.plugins_bundled.conftest import writing
 
 ALICE = "@alice:hs"
 BOB = "@bob:hs"
@@ -30,12 +31,12 @@ TOKENS = {
 
 
 @pytest.fixture
-def api_host(make_host) -> Callable[..., Any]:
+def api_host(host_cluster: HostCluster) -> Callable[..., Any]:
     """``await api_host(name="main", writers=("main",), **http)``: a started host whose HTTP API accepts
     ``TOKENS``; ``writers`` write the bundled streams."""
 
     async def start(name: str = "main", writers: tuple[str, ...] = ("main",), **http: Any) -> Host:
-        return await make_host(name, list(writers), http={"tokens": TOKENS, **http})
+        return await host_cluster(name, stream_writers=writing(*writers), http={"tokens": TOKENS, **http})
 
     return start
 
@@ -187,10 +188,10 @@ async def test_an_idle_devices_syncs_make_no_query_and_a_new_message_is_still_se
     assert (await api.sync("D", since, wait=True))[0] == [{"n": 2}]
 
 
-async def test_a_message_replicated_to_a_device_known_to_be_empty_is_delivered(api_host, api):
+async def test_a_message_replicated_to_a_device_known_to_be_empty_is_delivered(host_cluster, api_host, api):
     worker = Api(await api_host("worker1"))
     try:
-        await following(worker.host, "to_device")
+        await host_cluster.following(worker.host, "to_device")
         _, since = await worker.sync("D")
         assert await worker.sync("D", since) == ([], since)  # the worker now knows D's inbox is empty
 
@@ -200,12 +201,12 @@ async def test_a_message_replicated_to_a_device_known_to_be_empty_is_delivered(a
         await worker.close()
 
 
-async def test_a_page_cut_at_the_limit_hides_nothing_of_a_writer_it_did_not_reach(api_host):
+async def test_a_page_cut_at_the_limit_hides_nothing_of_a_writer_it_did_not_reach(host_cluster, api_host):
     writers = ("main", "worker1")
     main = Api(await api_host("main", writers, sync_limit=2))
     worker = Api(await api_host("worker1", writers, sync_limit=2))
     try:
-        await following(worker.host, "to_device")
+        await host_cluster.following(worker.host, "to_device")
         for n in range(3):
             await main.send("D", {"n": n})
         await worker.send("D", {"n": 3})  # after main's three in the shared sequence
