@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -15,12 +14,7 @@ from factstream.db.database import Database
 from factstream.db.embedded import start_embedded, stop_embedded
 from factstream.db.engine import check_database, libpq_url
 from factstream.errors import DatabaseError
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from factstream.testing import free_port
 
 
 async def test_database_runs_core_statements_and_sql_in_transactions(fresh_database):
@@ -41,7 +35,7 @@ async def test_database_runs_core_statements_and_sql_in_transactions(fresh_datab
 
 
 def test_unreachable_database_is_one_clear_error():
-    url = f"postgresql://postgres@127.0.0.1:{closed_port()}/facts"
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/facts"
 
     with pytest.raises(DatabaseError) as info:
         check_database(url, timeout=1)
@@ -57,7 +51,7 @@ def test_unreachable_database_is_one_clear_error():
 def test_unreachable_database_in_the_cli_exits_2_without_traceback(run_cli):
     env = dict(
         os.environ,
-        FACTSTREAM_DATABASE__URL=f"postgresql://postgres@127.0.0.1:{closed_port()}/facts",
+        FACTSTREAM_DATABASE__URL=f"postgresql://postgres@127.0.0.1:{free_port()}/facts",
         FACTSTREAM_DATABASE__CONNECT_TIMEOUT="1",
     )
 
@@ -70,7 +64,7 @@ def test_unreachable_database_in_the_cli_exits_2_without_traceback(run_cli):
 
 def test_password_is_not_shown_in_connection_errors():
     with pytest.raises(DatabaseError) as info:
-        check_database(f"postgresql://app:s3cret@127.0.0.1:{closed_port()}/facts", timeout=1)
+        check_database(f"postgresql://app:s3cret@127.0.0.1:{free_port()}/facts", timeout=1)
 
     assert "s3cret" not in str(info.value)
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import uuid
 
 import pytest
 
 from factstream.replication.resp import RedisAddress, RespClient, RespError, pack, pack_publishes
+from factstream.testing import free_port
 
 
 @pytest.mark.parametrize(
@@ -112,9 +112,7 @@ async def test_a_killed_connection_fails_what_waits_and_keeps_unanswered_publish
 
 
 async def test_an_unreachable_redis_is_a_clear_error():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens here once the socket is closed
+    port = free_port()  # nothing listens there
     with pytest.raises(RespError, match=f"cannot connect to Redis at 127.0.0.1:{port}"):
         await RespClient.open(RedisAddress("127.0.0.1", port), timeout=2)
 
