@@ -32,12 +32,12 @@ Fixtures:
         plugin_installer.from_project(NOTES)
         host_cluster.configure(stream_writers={"notes": ["main"]})  # defaults of every host
         main = await host_cluster("main")
-        worker = await host_cluster("worker1", replication={"secret": "s3cret"})  # per-host overrides
+        worker = await host_cluster("worker1", http={"port": free_port()})  # this host's overrides
         await host_cluster.following(worker, "notes")
         ...
 
-``host_cluster.configure(transport="redis")`` replicates over ``redis_url`` instead of TCP (main listens
-on ``host_cluster.main_port``); ``configure(database=URL)`` uses a database the test migrated itself;
+``host_cluster.configure(transport="redis")`` replicates over ``redis_url`` instead of TCP (where main
+listens on ``host_cluster.main_port``); ``configure(database=URL)`` uses a database the test migrated itself;
 ``configure(plugin_host=...)`` gives the hosts a ``PluginHost`` (or a function making one per host)
 instead of every installed plugin. Keyword arguments of ``configure`` and of a start are configuration
 (merged: mappings key by key, lists and values replaced); ``environ={...}`` at a start adds

@@ -1,7 +1,8 @@
 """``HostCluster``: named in-process hosts on one database, over TCP or Redis (the ``host_cluster`` fixture).
 
 Every host of a cluster gets the same configuration, built as ``factstream run`` builds it
-(:func:`factstream.config.load_config`, with the environment left out) from, in turn:
+(:func:`factstream.config.load_config`, with no environment unless a start gives ``environ``) from,
+in turn:
 
 1. the cluster's base: ``deployment``, ``instance_name``, ``state_dir``, ``database.url``, an
    ``instance_map`` of the cluster's instances on 127.0.0.1 (the first one, main, serving TCP
@@ -9,8 +10,8 @@ Every host of a cluster gets the same configuration, built as ``factstream run``
 2. the defaults given to :meth:`HostCluster.configure`;
 3. the overrides given when starting that host.
 
-Mappings are merged key by key (``http={"port": 8080}`` keeps the default ``http.tokens``); lists and
-scalars replace (``stream_writers={"notes": ["main", "worker1"]}``).
+Mappings are merged key by key (``http={"port": 8080}`` at a start keeps the ``http.tokens`` given to
+``configure``); lists and scalars replace (``stream_writers={"notes": ["main", "worker1"]}``).
 """
 
 from __future__ import annotations
