@@ -9,10 +9,10 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from factstream.replication import wire
 from factstream.replication.handler import ReplicationHandler
 from factstream.replication.stream import RowError
 from factstream.replication.tcp import TcpConnection
-from factstream.replication import wire
 from factstream.replication.wire import decode_json
 
 
