@@ -6,10 +6,17 @@ def q(value):
     if isinstance(value, str):
         return '"%s"' % value
     return "(" + ", ".join('"%s"' % v for v in value) + ("," if len(value) == 1 else "") + ")"
+
+
+def revises(value):
+    """The docstring's Revises line after the colon: nothing for a branch's first revision."""
+    if not value:
+        return ""
+    return " " + (value if isinstance(value, str) else ", ".join(value))
 %>"""${message}
 
 Revision ID: ${up_revision}
-Revises: ${down_revision | comma,n}
+Revises:${revises(down_revision)}
 Create Date: ${create_date}
 """
 

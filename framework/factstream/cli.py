@@ -23,7 +23,7 @@ from factstream.config import Settings, load_config
 from factstream.errors import FactstreamError, PluginError
 from factstream.plugin.manager import PluginHost, load_plugins
 
-BUILTIN_COMMANDS = frozenset({"plugins", "migrate", "demo", "run", "export"})
+BUILTIN_COMMANDS = frozenset({"plugins", "migrate", "demo", "run", "export", "new-stream"})
 
 out = Console()
 err = Console(stderr=True)
@@ -335,6 +335,57 @@ def export_command(
     from factstream.export.command import run_export
 
     run_export(state, out, err, jobs or [], all_jobs=all_jobs, master=master, output=output, full=full, conf=conf or [])
+
+
+# -- new-stream --------------------------------------------------------------------------------------
+
+
+@app.command("new-stream")
+def new_stream_command(
+    name: Annotated[str, typer.Argument(help="The stream's name, also the plugin's: lower-case letters, digits, '_'.")],
+    directory: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Where to write the project (missing or empty; default ./factstream-<name>).", show_default=False
+        ),
+    ] = None,
+    description: Annotated[
+        str | None, typer.Option("--description", help="One line saying what the stream holds.", show_default=False)
+    ] = None,
+    writers: Annotated[
+        str | None,
+        typer.Option(
+            "--writers", help="Instances that write the stream, comma-separated (default: main).", show_default=False
+        ),
+    ] = None,
+    sync: Annotated[
+        bool | None,
+        typer.Option(
+            "--sync-key/--no-sync", help="Show each user their rows in /sync (default: on).", show_default=False
+        ),
+    ] = None,
+    export: Annotated[
+        bool | None,
+        typer.Option(
+            "--export/--no-export", help="Add a Spark export job <name>_all (default: on).", show_default=False
+        ),
+    ] = None,
+    workspace: Annotated[
+        bool,
+        typer.Option(
+            "--workspace", help="Write it to plugins/<name>/ of the factstream checkout here, in its uv workspace."
+        ),
+    ] = False,
+) -> None:
+    """Scaffold a stream plugin: row type, table migration, cached read, routes, sync, export job, README and tests.
+
+    Missing options are asked for when stdin is a terminal; otherwise the defaults apply. Refuses an
+    invalid or installed name and a non-empty directory, writing nothing. See docs/tutorial.md.
+    """
+    from factstream.new_stream import Choices, new_stream
+
+    choices = Choices(name, directory, description, writers, sync, export, workspace)
+    new_stream(choices, state.plugins, out)
 
 
 # -- entry point -------------------------------------------------------------------------------------

@@ -43,7 +43,10 @@ instead of every installed plugin. Keyword arguments of ``configure`` and of a s
 (merged: mappings key by key, lists and values replaced); ``environ={...}`` at a start adds
 ``FACTSTREAM_...`` variables.
 
-Helpers: ``free_port()``; ``await until(predicate, timeout=10.0, what="condition")`` polls a function
+``host_cluster.client(host, token)`` is an ``httpx.AsyncClient`` of a host's HTTP API (its ASGI app, no socket).
+
+Helpers: ``connect(url)``, a psycopg connection to a test database; ``free_port()``;
+``await until(predicate, timeout=10.0, what="condition")`` polls a function
 (or coroutine function) until it returns something truthy and fails the test naming ``what``;
 ``wait_until(...)`` is the same for tests without an event loop (processes); ``read_json_lines(path)``.
 """
@@ -91,6 +94,7 @@ __all__ = [
     "ProcessCluster",
     "RedisServer",
     "TcpProxy",
+    "connect",
     "create_database",
     "drop_database",
     "free_port",
@@ -132,6 +136,14 @@ def create_database(server_url: str, prefix: str = "fs_test") -> str:
     with psycopg.connect(libpq_url(server_url), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return make_url(server_url).set(database=name).render_as_string(hide_password=False)
+
+
+def connect(url: str) -> psycopg.Connection[tuple[Any, ...]]:
+    """A psycopg connection (autocommit) to the database a factstream URL names, for a test's own queries.
+
+    Use it as a context manager: ``with connect(url) as conn: conn.execute(...)``.
+    """
+    return psycopg.connect(libpq_url(url), autocommit=True)
 
 
 def drop_database(url: str) -> None:

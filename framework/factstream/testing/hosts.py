@@ -19,12 +19,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from factstream.config import Settings, load_config
 from factstream.host.app import Host
 from factstream.plugin.manager import PluginHost, load_plugins
 from factstream.testing.helpers import free_port, merge_config, until
+
+if TYPE_CHECKING:
+    import httpx
 
 #: The instances of a cluster's ``instance_map`` unless configured otherwise (the first is main).
 DEFAULT_INSTANCES = ("main", "worker1", "worker2")
@@ -70,6 +73,7 @@ class HostCluster:
         self._deployment = deployment
         self._instances: tuple[str, ...] = ()
         self._defaults: dict[str, Any] = {}
+        self._clients: list[httpx.AsyncClient] = []
         self.configure(transport=transport, instances=instances)
 
     # -- configuration -------------------------------------------------------------------------------
@@ -207,9 +211,27 @@ class HostCluster:
             f"{target.instance_name} to follow {', '.join(streams)}",
         )
 
+    def client(self, host: Host | str, token: str | None = None) -> httpx.AsyncClient:
+        """An HTTP client of ``host``'s API, sending ``Authorization: Bearer <token>`` when a token is given.
+
+        Requests go straight to the host's ASGI application in this process (no socket, no port);
+        responses are the API's own. The client is closed with the cluster. Needs ``httpx``.
+        """
+        import httpx
+
+        target = self[host] if isinstance(host, str) else host
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        transport = httpx.ASGITransport(app=target.app)
+        client = httpx.AsyncClient(transport=transport, base_url=f"http://{target.instance_name}", headers=headers)
+        self._clients.append(client)
+        return client
+
     async def close(self) -> None:
-        """Stop every host still running (one whose database is open), last started first."""
+        """Close the clients, then stop every host still running (one whose database is open), last started first."""
         errors: list[BaseException] = []
+        for client in self._clients:
+            await client.aclose()
+        self._clients.clear()
         for host in reversed(self.started):
             if host.db is not None:
                 try:

@@ -1,0 +1,8 @@
+__pycache__/
+*.egg-info/
+.venv/
+.factstream/
+.pytest_cache/
+.mypy_cache/
+.ruff_cache/
+dist/
