@@ -85,6 +85,7 @@ class StreamPlugin:
             "writers": writers,
             "writers_py": repr(writers).replace("'", '"'),
             "reader": reader,
+            "instances": instances,
             "instances_py": repr(instances).replace("'", '"'),
             "sync": self.sync,
             "export": self.export,

@@ -1,6 +1,6 @@
 # ${dist}
 
-A [factstream](https://github.com/factstream/factstream) plugin: ${description}.
+A factstream plugin: ${description}.
 
 It adds the `${name}` stream: an append-only log of facts `{user_id, key, value}`, each with an
 integer stream ID, written by ${", ".join("`" + w + "`" for w in writers)} into PostgreSQL and replicated to
@@ -22,7 +22,7 @@ every other factstream instance.
 % endif
 | tests: entry point, migrations, replication, cache invalidation${", /sync" if sync else ""}${", export" if export else ""} | `tests/` |
 
-## Install
+${"##"} Install
 
 Next to factstream, in the environment that runs it:
 
@@ -31,7 +31,7 @@ uv pip install -e .        # or: pip install -e .
 factstream plugins         # lists ${name}, its stream and its migration branch
 ```
 
-## Migrate
+${"##"} Migrate
 
 ```sh
 factstream migrate                         # every branch to its head, this plugin's included
@@ -46,10 +46,10 @@ To change the table later, add a revision to this plugin's branch and fill in it
 factstream migrate new --plugin ${name} -m "add a column"
 ```
 
-## Run
+${"##"} Run
 
 The stream is written by the instances listed under `stream_writers` in the configuration; every other
-instance reads it over replication:
+instance reads it over replication, which goes through `main` (it must run):
 
 ```yaml
 # factstream.yaml
@@ -71,10 +71,10 @@ plugins:
 ```
 
 ```sh
-factstream --config factstream.yaml run --instance ${writers[0]} &
-factstream --config factstream.yaml run --instance ${reader} &
-curl -s -H "Authorization: Bearer service-token" -d '{"user_id": "@alice:example.org", "key": "k1", "value": "v1"}' \
-  http://127.0.0.1:${8008 if writers[0] == "main" else 8010}/${name}
+% for instance in instances:
+factstream --config factstream.yaml run --instance ${instance} &
+% endfor
+curl -s -H "Authorization: Bearer service-token" -d '{"user_id": "@alice:example.org", "key": "k1", "value": "v1"}' http://127.0.0.1:${8008 if writers[0] == "main" else 8010}/${name}
 curl -s -H "Authorization: Bearer alice-token" http://127.0.0.1:8009/${name}/k1
 % if sync:
 curl -s -H "Authorization: Bearer alice-token" http://127.0.0.1:8009/sync
@@ -84,7 +84,7 @@ factstream --config factstream.yaml export ${name}_all
 % endif
 ```
 
-## Test
+${"##"} Test
 
 The tests use `factstream.testing` (a pytest plugin that comes with factstream): hosts in this process
 replicating over TCP, and a PostgreSQL of their own (`FACTSTREAM_TEST_DATABASE_URL` when set, an
@@ -95,7 +95,7 @@ uv pip install pytest pytest-asyncio httpx
 pytest
 ```
 
-## What to edit first
+${"##"} What to edit first
 
 1. **The row**: the fields of `${camel}Row` in `rows.py`, in the order replication sends them, and
    their columns in the first migration (before anyone has migrated; afterwards, in a new revision).

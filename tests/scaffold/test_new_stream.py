@@ -205,6 +205,11 @@ def test_every_combination_renders_exactly_its_files_and_passes_ruff(tmp_path, s
     rows = (project / "factstream_likes" / "rows.py").read_text()
     assert ('sync_key="likes_key"' in rows) == sync
     assert ("register_export_jobs" in (project / "factstream_likes" / "__init__.py").read_text()) == export
+    readme = (project / "README.md").read_text()
+    headings = [line for line in readme.splitlines() if line.startswith("## ")]
+    assert headings == ["## Install", "## Migrate", "## Run", "## Test", "## What to edit first"]
+    assert 'factstream migrate new --plugin likes -m "add a column"' in readme
+    assert ("factstream --config factstream.yaml export likes_all" in readme) == export
     for check in (["check"], ["format", "--check"]):
         ruff = subprocess.run([sys.executable, "-m", "ruff", *check, "."], cwd=project, capture_output=True, text=True)
         assert ruff.returncode == 0, ruff.stdout + ruff.stderr

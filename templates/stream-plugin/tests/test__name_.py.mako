@@ -17,6 +17,7 @@ STREAM = "${name}"
 WRITERS = ${writers_py}
 #: An instance that only reads the stream, over replication.
 READER = "${reader}"
+#: Every instance of the tests' deployment: main, the writers, the reader.
 INSTANCES = ${instances_py}
 TOKENS = {
     "service-token": {"user": "@service:example.org", "write": True},
@@ -40,12 +41,12 @@ def table_exists(url: str, name: str) -> bool:
 
 @pytest.fixture
 async def cluster(host_cluster: HostCluster) -> HostCluster:
-    """Every writer, then the reader, each following the stream."""
+    """Every instance (main first: TCP replication goes through it), each following the stream."""
     host_cluster.configure(instances=INSTANCES, stream_writers={STREAM: WRITERS}, http={"tokens": TOKENS})
-    for name in [*WRITERS, READER]:
+    for name in INSTANCES:
         await host_cluster(name)
-    for name in [*WRITERS, READER]:
-        if len(WRITERS) > 1 or name != WRITERS[0]:
+    for name in INSTANCES:
+        if WRITERS != [name]:  # a sole writer follows nobody
             await host_cluster.following(name, STREAM)
     return host_cluster
 
@@ -67,7 +68,7 @@ def test_the_migrations_go_up_and_down(plugin_env: dict[str, str], fresh_databas
 
 
 async def test_an_append_reaches_every_host_and_invalidates_its_cache(cluster: HostCluster) -> None:
-    hosts = [cluster[name] for name in [*WRITERS, READER]]
+    hosts = [cluster[name] for name in INSTANCES]
     readers = [cluster.client(host, "bob-token") for host in hosts]
     # Every host reads, and caches, a count of 0.
     for client in readers:
