@@ -1,0 +1,1 @@
+"""The alembic branch ``events``: the events plugin's tables and sequences."""
