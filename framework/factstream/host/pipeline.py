@@ -36,6 +36,7 @@ import asyncio
 import heapq
 import itertools
 import logging
+import operator
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,8 +140,9 @@ class LocalRows:
             self.pipeline.caches.apply_rows(stream, rows)
         if committed and (plan.hook or plan.synced is not None):
             pending = self._pending[stream]
-            for token, row in zip(tokens, rows, strict=True):
-                heapq.heappush(pending.heap, (token, next(self._order), [row]))
+            # Rows at one token (a StreamWriter.reserve_groups group) are delivered together.
+            for token, same in itertools.groupby(zip(tokens, rows, strict=True), key=operator.itemgetter(0)):
+                heapq.heappush(pending.heap, (token, next(self._order), [row for _, row in same]))
         self.release(stream)
 
     def release(self, name: str) -> None:

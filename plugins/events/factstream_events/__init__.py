@@ -1,6 +1,96 @@
 """The bundled ``events`` stream plugin: room events (see docs/plugins/events.md).
 
-Built on factstream's public API only, exactly as a third-party plugin would be.
+Built on factstream's public API only, exactly as a third-party plugin would be:
+
+* streams ``events`` (positive IDs; rows ``ev``, ``state``, ``state-all``, the reference's wire rows;
+  several rows per ID) and ``backfill`` (a backwards stream: backfilled events, never "new");
+* tables in the migration branch ``events`` (``factstream_events.migrations``);
+* the Python API ``host.state(EventsStore)`` (``factstream_events.store``) and its reads
+  (``factstream_events.reads``); HTTP routes (``factstream_events.routes``);
+* hooks for other plugins, ``resolve_state`` and ``check_local_event`` (``factstream_events.hookspecs``),
+  with this plugin's defaults registered last;
+* settings ``plugins.events`` (``factstream_events.settings``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+import factstream
+from factstream import MigrationSpec, RouteSpec, SettingsSpec, StreamSpec
+from factstream_events import hookspecs
+from factstream_events.policy import RoomFacts, check
+from factstream_events.routes import ROUTES
+from factstream_events.rows import (
+    BACKFILL_SEQUENCE,
+    BACKFILL_STREAM,
+    BACKFILL_TABLES,
+    EVENTS_SEQUENCE,
+    EVENTS_TABLES,
+    STREAM,
+    BackfillRow,
+    EventsRow,
+)
+from factstream_events.settings import EventsSettings
+from factstream_events.statemath import State, default_resolve
+from factstream_events.store import EventsStore
+from factstream_events.updates import events_updates
+
+__all__ = ["BACKFILL_STREAM_SPEC", "EVENTS_STREAM_SPEC", "EventsSettings", "EventsStore"]
+
+EVENTS_STREAM_SPEC = StreamSpec(
+    name=STREAM,
+    row_type=EventsRow,
+    tables=EVENTS_TABLES,
+    sequence=EVENTS_SEQUENCE,
+    writers="configured",
+    update_function=events_updates,
+    description="room events: one ev row per persisted event, state rows per current-state change",
+)
+BACKFILL_STREAM_SPEC = StreamSpec(
+    name=BACKFILL_STREAM,
+    row_type=BackfillRow,
+    tables=BACKFILL_TABLES,
+    sequence=BACKFILL_SEQUENCE,
+    positive=False,
+    writers="configured",
+    description="backfilled room events (older history fetched later), at negative stream orderings",
+)
+
+
+@factstream.hookimpl
+def register_streams(register: Callable[[StreamSpec], None]) -> None:
+    register(EVENTS_STREAM_SPEC)
+    register(BACKFILL_STREAM_SPEC)
+
+
+@factstream.hookimpl
+def register_migrations(register: Callable[[MigrationSpec], None]) -> None:
+    register(MigrationSpec.from_package("factstream_events.migrations"))
+
+
+@factstream.hookimpl
+def register_routes(register: Callable[[RouteSpec], None]) -> None:
+    for route in ROUTES:
+        register(route)
+
+
+@factstream.hookimpl
+def register_settings(register: Callable[[SettingsSpec], None]) -> None:
+    register(SettingsSpec(model=EventsSettings))
+
+
+@factstream.hookimpl
+def register_hookspecs(register: Callable[[object], None]) -> None:
+    register(hookspecs)
+
+
+@factstream.hookimpl(trylast=True)
+def resolve_state(room_id: str, room_version: str, states: Sequence[State]) -> State:
+    """The default resolver (``factstream_events.statemath.default_resolve``)."""
+    return default_resolve(states)
+
+
+@factstream.hookimpl(trylast=True)
+def check_local_event(event: Mapping[str, object], facts: RoomFacts) -> bool | str:
+    """The default local policy (``factstream_events.policy``)."""
+    return check(event, facts) or True

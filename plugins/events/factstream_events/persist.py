@@ -1,0 +1,753 @@
+"""Persisting a batch of events of one room in one transaction: the events plugin's write path.
+
+Every write, local or remote, ends here (:meth:`Persister.persist`). In one transaction, under the
+room's row lock (and, in this process, the room's asyncio lock, so a room's batches queue here rather
+than in PostgreSQL):
+
+1. lock the room (create its row when a remote batch brings its create event or its version);
+2. read what is already held of the batch's events and of their prev_events: an event stored with the
+   same bytes is skipped, with other bytes the batch is refused (409, the first kept); an event held as
+   an outlier and now sent normally is *de-outliered*;
+3. order the batch so that prev_events come first, then per event: the state before it (its
+   prev_events' states; several different ones are resolved by the ``resolve_state`` hook or the
+   default resolver), the state after it (a new state group for a state event), its history
+   visibility, the membership change;
+4. reserve the stream IDs as late as possible (events-semantics §2: an early reservation holds
+   readers back), from the ``events`` stream, or the ``backfill`` stream for backfilled batches;
+5. write the events, their JSON as received, edges, memberships, redactions; the forward extremities
+   (replaced), the backward extremities (prev_events not held); the current state and its deltas;
+   the room's last event and write count.
+
+A writer keeps its view of each room it writes (forward extremities, current state group, history
+visibility values) in memory, valid while the room's ``writes`` count is the one it last wrote; a
+batch written by anyone else (a previous owner of the shard) makes it reload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from factstream import HostApi, Transaction
+from factstream_events.canonical import parse_event_json
+from factstream_events.errors import EventConflict, InvalidEvent, UnknownRoom
+from factstream_events.prune import KNOWN_ROOM_VERSIONS, redacts_target
+from factstream_events.rows import (
+    BACKFILL_STREAM,
+    STATE_ALL_THRESHOLD,
+    STREAM,
+    BackfillRow,
+    EventRowData,
+    EventsRow,
+    StateRowData,
+    ev_row,
+    state_all_row,
+    state_row,
+)
+from factstream_events.statemath import State, diff
+from factstream_events.statestore import Group, StateStore
+from factstream_events.validate import CREATE, HISTORY_VISIBILITY, MEMBER, NEVER_SHOWN, REDACTION, EventFields
+from factstream_events.visibility import HistoryVisibility, parse_history_visibility, stored_visibility
+
+#: ``async (room_id, room_version, states in order of preference) -> the state``.
+Resolver = Callable[[str, str, Sequence[State]], Awaitable[State]]
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """One event to persist: its ID, the bytes to keep, the parsed JSON and its indexed fields."""
+
+    event_id: str
+    raw: bytes
+    event: Mapping[str, Any]
+    fields: EventFields
+    outlier: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Persisted:
+    """What a batch did: the events stored now (in stream order) and those already held."""
+
+    stored: list[str]
+    duplicates: list[str]
+    stream_ids: dict[str, int]
+
+
+@dataclass
+class _Held:
+    """What the batch needs of an event already held (or stored earlier in the batch)."""
+
+    outlier: bool
+    depth: int
+    stream: int
+    state_group: int | None
+    membership: str | None
+    raw: bytes | None = None
+
+
+@dataclass
+class RoomView:
+    """A writer's view of one room (see the module docstring)."""
+
+    room_id: str
+    room_version: str
+    writes: int
+    extremities: dict[str, tuple[int, int, int | None]]  # event_id -> (depth, stream, state_group)
+    current: int | None
+    visibilities: dict[str, HistoryVisibility] = field(default_factory=dict)
+
+
+_LOCK_ROOM = "SELECT room_version, writes, current_state_group FROM rooms WHERE room_id = %(room_id)s FOR UPDATE"
+_NEW_ROOM = """
+INSERT INTO rooms (room_id, room_version, creator, is_local, created_ts)
+VALUES (%(room_id)s, %(room_version)s, %(creator)s, %(is_local)s, %(ts)s)
+ON CONFLICT (room_id) DO NOTHING
+"""
+_EXTREMITIES = """
+SELECT e.event_id, e.topological_ordering, e.stream_ordering, e.state_group
+FROM event_forward_extremities f JOIN events e ON e.event_id = f.event_id
+WHERE f.room_id = %(room_id)s
+"""
+_HELD = """
+SELECT e.event_id, e.room_id, e.outlier, e.topological_ordering, e.stream_ordering, e.state_group, e.membership,
+       CASE WHEN e.event_id = ANY(%(batch)s) THEN j.json END
+FROM events e JOIN event_json j ON j.event_id = e.event_id
+WHERE e.event_id = ANY(%(ids)s)
+"""
+_MEMBERSHIPS = "SELECT event_id, membership FROM events WHERE event_id = ANY(%(ids)s)"
+_HV_JSON = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)s)"
+_CHILDREN = "SELECT DISTINCT prev_event_id FROM event_edges WHERE prev_event_id = ANY(%(ids)s)"
+_EARLIER_REDACTIONS = """
+SELECT redacts, event_id FROM redactions
+WHERE redacts = ANY(%(ids)s) AND room_id = %(room_id)s ORDER BY received_ts, event_id
+"""
+_INSERT_EVENT = """
+INSERT INTO events (event_id, room_id, stream_ordering, instance_name, topological_ordering, type, state_key,
+    sender, origin_server_ts, received_ts, outlier, backfilled, state_group, visibility, membership,
+    prev_membership, redacts, relates_to, redacted_by)
+VALUES (%(event_id)s, %(room_id)s, %(stream)s, %(instance)s, %(depth)s, %(type)s, %(state_key)s, %(sender)s,
+    %(ts)s, %(received)s, %(outlier)s, %(backfilled)s, %(state_group)s, %(visibility)s, %(membership)s,
+    %(prev_membership)s, %(redacts)s, %(relates_to)s, %(redacted_by)s)
+"""
+_DEOUTLIER = """
+UPDATE events SET outlier = FALSE, state_group = %(state_group)s, visibility = %(visibility)s,
+    prev_membership = %(prev_membership)s, redacted_by = COALESCE(redacted_by, %(redacted_by)s)
+WHERE event_id = %(event_id)s
+"""
+_INSERT_JSON = "INSERT INTO event_json (event_id, room_id, json) VALUES (%(event_id)s, %(room_id)s, %(json)s)"
+_INSERT_EDGE = """
+INSERT INTO event_edges (event_id, prev_event_id, room_id) VALUES (%(event_id)s, %(prev)s, %(room_id)s)
+ON CONFLICT DO NOTHING
+"""
+_INSERT_MEMBERSHIP = """
+INSERT INTO room_memberships (event_id, user_id, sender, room_id, membership, stream_ordering,
+    topological_ordering, outlier)
+VALUES (%(event_id)s, %(state_key)s, %(sender)s, %(room_id)s, %(membership)s, %(stream)s, %(depth)s, %(outlier)s)
+ON CONFLICT (event_id) DO UPDATE SET outlier = EXCLUDED.outlier
+"""
+_INSERT_REDACTION = """
+INSERT INTO redactions (event_id, redacts, room_id, received_ts) VALUES (%(event_id)s, %(redacts)s, %(room_id)s, %(ts)s)
+ON CONFLICT (event_id) DO NOTHING
+"""
+_APPLY_REDACTION = """
+UPDATE events SET redacted_by = %(event_id)s
+WHERE event_id = %(redacts)s AND room_id = %(room_id)s AND redacted_by IS NULL AND type <> 'm.room.create'
+"""
+_INSERT_EX_OUTLIER = (
+    "INSERT INTO ex_outlier_stream (stream_id, instance_name, event_id) VALUES (%(stream)s, %(instance)s, %(event_id)s)"
+)
+_DROP_FORWARD = "DELETE FROM event_forward_extremities WHERE room_id = %(room_id)s"
+_ADD_FORWARD = "INSERT INTO event_forward_extremities (room_id, event_id) VALUES (%(room_id)s, %(event_id)s)"
+_DROP_BACKWARD = "DELETE FROM event_backward_extremities WHERE room_id = %(room_id)s AND event_id = ANY(%(ids)s)"
+_ADD_BACKWARD = """
+INSERT INTO event_backward_extremities (room_id, event_id) VALUES (%(room_id)s, %(event_id)s) ON CONFLICT DO NOTHING
+"""
+_SET_STATE = """
+INSERT INTO current_state_events (room_id, type, state_key, event_id, membership)
+VALUES (%(room_id)s, %(type)s, %(state_key)s, %(event_id)s, %(membership)s)
+ON CONFLICT (room_id, type, state_key) DO UPDATE SET event_id = EXCLUDED.event_id, membership = EXCLUDED.membership
+"""
+_DROP_STATE = """
+DELETE FROM current_state_events WHERE room_id = %(room_id)s AND type = %(type)s AND state_key = %(state_key)s
+"""
+_STATE_DELTA = """
+INSERT INTO current_state_delta_stream (stream_id, instance_name, room_id, type, state_key, event_id, prev_event_id)
+VALUES (%(stream)s, %(instance)s, %(room_id)s, %(type)s, %(state_key)s, %(event_id)s, %(prev_event_id)s)
+"""
+_UPDATE_ROOM = """
+UPDATE rooms SET writes = writes + 1, current_state_group = %(current)s,
+    last_stream_ordering = COALESCE(%(last_stream)s, last_stream_ordering),
+    last_event_id = COALESCE(%(last_event)s, last_event_id)
+WHERE room_id = %(room_id)s
+RETURNING writes
+"""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _room_version_of_create(event: Mapping[str, Any]) -> str:
+    content = event.get("content")
+    version = content.get("room_version", "1") if isinstance(content, dict) else "1"
+    if not isinstance(version, str) or version not in KNOWN_ROOM_VERSIONS:
+        raise InvalidEvent(f"content.room_version of the create event: unsupported room version {version!r}")
+    return version
+
+
+def _batch_order(batch: Sequence[NewEvent]) -> list[NewEvent]:
+    """The batch with every event after the batch events it names as prev_events (depth, then given order)."""
+    index = {e.event_id: i for i, e in enumerate(batch)}
+    waiting = {e.event_id: sum(1 for p in e.fields.prev_events if p in index) for e in batch}
+    children: dict[str, list[str]] = {}
+    for e in batch:
+        for p in e.fields.prev_events:
+            if p in index:
+                children.setdefault(p, []).append(e.event_id)
+    ready = [(e.fields.depth, index[e.event_id]) for e in batch if waiting[e.event_id] == 0]
+    heapq.heapify(ready)
+    out: list[NewEvent] = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        event = batch[i]
+        out.append(event)
+        for child in children.get(event.event_id, ()):
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                heapq.heappush(ready, (batch[index[child]].fields.depth, index[child]))
+    if len(out) != len(batch):
+        cycle = sorted(e.event_id for e in batch if waiting[e.event_id] > 0)
+        raise InvalidEvent(f"events: prev_events form a cycle among {', '.join(cycle[:5])}")
+    return out
+
+
+class Persister:
+    """The write path of one host process (module docstring)."""
+
+    def __init__(self, host: HostApi, states: StateStore, resolver: Resolver) -> None:
+        self.host = host
+        self.states = states
+        self.resolver = resolver
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._views: dict[str, RoomView] = {}
+
+    def _lock(self, room_id: str) -> asyncio.Lock:
+        lock = self._locks.get(room_id)
+        if lock is None:
+            lock = self._locks[room_id] = asyncio.Lock()
+        return lock
+
+    async def _view(
+        self, conn: AsyncConnection[Any], room_id: str, version: str, writes: int, current: int | None
+    ) -> RoomView:
+        view = self._views.get(room_id)
+        if view is not None and view.writes == writes:
+            return view
+        cur = await conn.execute(_EXTREMITIES, {"room_id": room_id})
+        extremities = {str(r[0]): (int(r[1]), int(r[2]), r[3]) for r in await cur.fetchall()}
+        view = RoomView(room_id, version, writes, extremities, current)
+        self._views[room_id] = view
+        return view
+
+    async def _visibility(
+        self, conn: AsyncConnection[Any], view: RoomView, group: Group | None, batch: Mapping[str, NewEvent]
+    ) -> HistoryVisibility:
+        """The history visibility in force in ``group``'s state (``shared`` without one)."""
+        if group is None:
+            return "shared"
+        event_id = group.state.get(HISTORY_VISIBILITY, {}).get("")
+        if event_id is None:
+            return "shared"
+        known = view.visibilities.get(event_id)
+        if known is not None:
+            return known
+        if event_id in batch:
+            value = parse_history_visibility(batch[event_id].event.get("content"))
+        else:
+            cur = await conn.execute(_HV_JSON, {"ids": [event_id]})
+            row = await cur.fetchone()
+            value = parse_history_visibility(parse_event_json(bytes(row[1])).get("content")) if row else "shared"
+        view.visibilities[event_id] = value
+        return value
+
+    async def persist(
+        self,
+        room_id: str,
+        batch: Sequence[NewEvent],
+        *,
+        backfill: bool = False,
+        local: bool = False,
+        room_version: str | None = None,
+        before_commit: Callable[[Transaction, Persisted], Awaitable[None]] | None = None,
+    ) -> Persisted:
+        """Persist ``batch`` (events of ``room_id``) in one transaction; see the module docstring.
+
+        ``local``: the room must exist (or the batch starts with its create event); ``room_version``:
+        for a remote batch of a room not held yet whose create event is not in the batch.
+        ``before_commit`` runs inside the transaction after the events are written (transaction IDs).
+        """
+        for e in batch:
+            if e.fields.room_id != room_id:
+                raise InvalidEvent(f"event {e.event_id}: room_id is {e.fields.room_id}, not {room_id}")
+        async with self._lock(room_id):
+            try:
+                async with self.host.database().transaction() as txn:
+                    outcome = await self._persist(txn, room_id, batch, backfill, local, room_version)
+                    if before_commit is not None:
+                        await before_commit(txn, outcome)
+            except BaseException:
+                self._views.pop(room_id, None)
+                raise
+            return outcome
+
+    async def _lock_room(self, conn: AsyncConnection[Any], room_id: str) -> tuple[Any, ...] | None:
+        """The room's row, locked until the transaction ends (None: not held)."""
+        cur = await conn.execute(_LOCK_ROOM, {"room_id": room_id})
+        return await cur.fetchone()
+
+    async def persist_local(
+        self,
+        room_id: str,
+        build: Callable[[AsyncConnection[Any], RoomView | None, Group | None], Awaitable[Sequence[NewEvent]]],
+        *,
+        new_room_version: str | None = None,
+        before_commit: Callable[[Transaction, Persisted], Awaitable[None]] | None = None,
+    ) -> Persisted:
+        """Persist the events ``build`` makes from the room's view and current state, under the room's lock.
+
+        ``build`` picks prev_events and depth from what it is given, so no other write of the room
+        can come in between. ``new_room_version``: the room is new (``build`` makes its create event).
+        """
+        async with self._lock(room_id):
+            try:
+                async with self.host.database().transaction() as txn:
+                    conn = txn.conn
+                    room = await self._lock_room(conn, room_id)
+                    view: RoomView | None = None
+                    current: Group | None = None
+                    if room is not None:
+                        view = await self._view(conn, room_id, str(room[0]), int(room[1]), room[2])
+                        if view.current is not None:
+                            current = await self.states.load(conn, room_id, int(view.current))
+                    elif new_room_version is None:
+                        raise UnknownRoom(f"room {room_id} is not known here")
+                    batch = await build(conn, view, current)
+                    outcome = await self._persist(
+                        txn, room_id, batch, False, True, new_room_version if room is None else None
+                    )
+                    if before_commit is not None:
+                        await before_commit(txn, outcome)
+            except BaseException:
+                self._views.pop(room_id, None)
+                raise
+            return outcome
+
+    async def _persist(
+        self,
+        txn: Transaction,
+        room_id: str,
+        batch: Sequence[NewEvent],
+        backfill: bool,
+        local: bool,
+        room_version: str | None,
+    ) -> Persisted:
+        conn = txn.conn
+        room = await self._lock_room(conn, room_id)
+        if room is None:
+            create = next((e for e in batch if e.fields.type == CREATE and e.fields.state_key == ""), None)
+            if create is None and (local or room_version is None):
+                raise UnknownRoom(f"room {room_id} is not known here")
+            version = _room_version_of_create(create.event) if create is not None else str(room_version)
+            if version not in KNOWN_ROOM_VERSIONS:
+                raise InvalidEvent(f"room_version: unsupported room version {version!r}")
+            creator = create.fields.sender if create is not None else None
+            await conn.execute(
+                _NEW_ROOM,
+                {"room_id": room_id, "room_version": version, "creator": creator, "is_local": local, "ts": now_ms()},
+            )
+            room = await self._lock_room(conn, room_id)
+            assert room is not None
+        view = await self._view(conn, room_id, str(room[0]), int(room[1]), room[2])
+
+        batch_ids = [e.event_id for e in batch]
+        wanted = set(batch_ids)
+        for e in batch:
+            wanted.update(e.fields.prev_events)
+        held: dict[str, _Held] = {}
+        for eid, (depth, stream, group) in view.extremities.items():
+            held[eid] = _Held(False, depth, stream, group, None)
+        batch_set = set(batch_ids)
+        lookup = [i for i in wanted if i not in held or i in batch_set]
+        if lookup:
+            cur = await conn.execute(_HELD, {"ids": lookup, "batch": batch_ids})
+            for eid, other_room, outlier, depth, stream, group, membership, raw in await cur.fetchall():
+                if eid in batch_set and other_room != room_id:
+                    raise EventConflict(f"event {eid} is already stored in another room, {other_room}")
+                held[str(eid)] = _Held(
+                    bool(outlier), int(depth), int(stream), group, membership, bytes(raw) if raw is not None else None
+                )
+
+        todo: list[NewEvent] = []
+        duplicates: list[str] = []
+        seen: set[str] = set()
+        for e in batch:
+            if e.event_id in seen:
+                duplicates.append(e.event_id)
+                continue
+            seen.add(e.event_id)
+            old = held.get(e.event_id)
+            if old is None:
+                todo.append(e)
+                continue
+            if old.raw is not None and old.raw != e.raw:
+                raise EventConflict(f"event {e.event_id} is already stored with other content; the first is kept")
+            if old.outlier and not e.outlier and not backfill:
+                todo.append(e)  # de-outlier
+            else:
+                duplicates.append(e.event_id)
+        if not todo:
+            return Persisted([], duplicates, {})
+        ordered = _batch_order(todo)
+        in_batch = {e.event_id: e for e in ordered}
+        deoutliered = {e.event_id for e in ordered if e.event_id in held}
+        rooms_version = view.room_version
+
+        # -- state, visibility and membership per event ---------------------------------------------
+        rows: list[dict[str, Any]] = []
+        member_lookups: dict[str, str] = {}  # new event id -> the event id whose membership is the previous one
+        backward: set[str] = set()
+        for e in ordered:
+            f = e.fields
+            row: dict[str, Any] = {
+                "event_id": e.event_id,
+                "room_id": room_id,
+                "depth": f.depth,
+                "type": f.type,
+                "state_key": f.state_key,
+                "sender": f.sender,
+                "ts": f.origin_server_ts,
+                "outlier": e.outlier,
+                "backfilled": backfill,
+                "state_group": None,
+                "visibility": "shared",
+                "membership": f.membership,
+                "prev_membership": None,
+                "redacts": redacts_target(dict(e.event), rooms_version) if f.type == REDACTION else None,
+                "relates_to": f.relates_to,
+                "redacted_by": None,
+            }
+            rows.append(row)
+            if e.outlier:
+                continue
+            prev_groups: list[tuple[int, int, int]] = []
+            for p in f.prev_events:
+                h = held.get(p)
+                if h is None or h.outlier or h.state_group is None:
+                    if p not in in_batch:
+                        backward.add(p)
+                    continue
+                prev_groups.append((-h.depth, -h.stream, int(h.state_group)))
+            prev_groups.sort()
+            group_ids = list(dict.fromkeys(g for _, _, g in prev_groups))
+            groups = await self.states.load_many(conn, room_id, group_ids)
+            before: Group | None
+            if not group_ids:
+                before = None
+            elif len(group_ids) == 1:
+                before = groups[group_ids[0]]
+            else:
+                ordered_states = [groups[g].state for g in group_ids]
+                resolved = await self.resolver(room_id, rooms_version, ordered_states)
+                before = await self.states.store_state(conn, room_id, groups[group_ids[0]], resolved)
+            after = before
+            if f.state_key is not None:
+                after = await self.states.store(conn, room_id, before, {f.type: {f.state_key: e.event_id}})
+            vis_before = await self._visibility(conn, view, before, in_batch)
+            vis_after = await self._visibility(conn, view, after, in_batch)
+            row["visibility"] = stored_visibility(f.type, f.state_key, vis_after, vis_before)
+            row["state_group"] = after.id if after is not None else None
+            if f.type == MEMBER and before is not None:
+                prev_member = before.state.get(MEMBER, {}).get(str(f.state_key))
+                if prev_member is not None:
+                    member_lookups[e.event_id] = prev_member
+            kept = held[e.event_id].stream if e.event_id in held else 0  # a de-outliered event keeps its ordering
+            held[e.event_id] = _Held(False, f.depth, kept, row["state_group"], f.membership)
+
+        # previous memberships: from the batch, else one query
+        unknown = [
+            m
+            for m in member_lookups.values()
+            if m not in in_batch and (held.get(m) is None or held[m].membership is None)
+        ]
+        memberships = {eid: e.fields.membership for eid, e in in_batch.items()}
+        for eid, h in held.items():
+            if h.membership is not None:
+                memberships.setdefault(eid, h.membership)
+        if unknown:
+            cur = await conn.execute(_MEMBERSHIPS, {"ids": unknown})
+            memberships.update({str(r[0]): r[1] for r in await cur.fetchall()})
+        by_id = {r["event_id"]: r for r in rows}
+        for eid, prev in member_lookups.items():
+            by_id[eid]["prev_membership"] = memberships.get(prev)
+
+        # redactions: earlier ones of these events, then the batch's own
+        fresh = [e.event_id for e in ordered]
+        cur = await conn.execute(_EARLIER_REDACTIONS, {"ids": fresh, "room_id": room_id})
+        for target, redaction in await cur.fetchall():
+            redacted = by_id.get(str(target))
+            if redacted is not None and redacted["redacted_by"] is None and redacted["type"] != CREATE:
+                redacted["redacted_by"] = redaction
+        for row in rows:
+            target = by_id.get(row["redacts"]) if row["redacts"] else None
+            if target is not None and target["redacted_by"] is None and target["type"] != CREATE:
+                target["redacted_by"] = row["event_id"]
+
+        # -- forward extremities and current state (their state rows go out with the first new ID) -----
+        advance: _Advance | None = None
+        if not backfill and any(not e.outlier for e in ordered):
+            advance = await self._advance(conn, view, ordered, rows, held, local, memberships)
+
+        # -- stream IDs, as late as possible --------------------------------------------------------
+        instance = self.host.instance_name
+        new_rows = [r for r in rows if r["event_id"] not in deoutliered]
+        re_rows = [r for r in rows if r["event_id"] in deoutliered]
+        ex_ids: list[int] = []
+        if backfill:
+            backfill_writer = self.host.stream(BACKFILL_STREAM, BackfillRow)
+            ids = await backfill_writer.reserve(
+                txn,
+                [
+                    BackfillRow(r["event_id"], room_id, r["type"], r["state_key"], r["redacts"], r["relates_to"])
+                    for r in new_rows
+                ],
+            )
+            for r, sid in zip(new_rows, ids, strict=True):
+                r["stream"] = sid
+        else:
+            writer = self.host.stream(STREAM, EventsRow)
+            per_id = [[ev_row(self._ev_data(r))] for r in new_rows]
+            per_id += [[ev_row(self._ev_data(r, outlier=False))] for r in re_rows]
+            if advance is not None and advance.deltas:
+                if len(advance.deltas) >= STATE_ALL_THRESHOLD:
+                    per_id[0].append(state_all_row(room_id))
+                else:
+                    per_id[0] += [state_row(StateRowData(room_id, t, k, e)) for t, k, e, _ in advance.deltas]
+            ids = await writer.reserve_groups(txn, per_id)
+            for r, sid in zip(new_rows, ids, strict=True):
+                r["stream"] = sid
+            ex_ids = ids[len(new_rows) :]
+        received = now_ms()
+        for r in new_rows:
+            r["instance"] = instance
+            r["received"] = received
+
+        # -- writing --------------------------------------------------------------------------------
+        async with conn.cursor() as c:
+            if new_rows:
+                await c.executemany(_INSERT_EVENT, new_rows)
+                await c.executemany(
+                    _INSERT_JSON,
+                    [
+                        {"event_id": e.event_id, "room_id": room_id, "json": e.raw}
+                        for e in ordered
+                        if e.event_id not in deoutliered
+                    ],
+                )
+            for r in re_rows:
+                await c.execute(_DEOUTLIER, r)
+            for r, sid in zip(re_rows, ex_ids, strict=True):
+                await c.execute(_INSERT_EX_OUTLIER, {"stream": sid, "instance": instance, "event_id": r["event_id"]})
+            edges = [
+                {"event_id": e.event_id, "prev": p, "room_id": room_id}
+                for e in ordered
+                if not e.outlier
+                for p in e.fields.prev_events
+            ]
+            if edges:
+                await c.executemany(_INSERT_EDGE, edges)
+            members = [dict(r, stream=held_stream(r, held)) for r in rows if r["membership"] is not None]
+            if members:
+                await c.executemany(_INSERT_MEMBERSHIP, members)
+            redactions = [r for r in rows if r["redacts"]]
+            if redactions:
+                await c.executemany(
+                    _INSERT_REDACTION,
+                    [
+                        {"event_id": r["event_id"], "redacts": r["redacts"], "room_id": room_id, "ts": received}
+                        for r in redactions
+                    ],
+                )
+                await c.executemany(
+                    _APPLY_REDACTION,
+                    [
+                        {"event_id": r["event_id"], "redacts": r["redacts"], "room_id": room_id}
+                        for r in redactions
+                        if r["redacts"] not in by_id
+                    ],
+                )
+            normal = [e for e in ordered if not e.outlier]
+            if normal and not local:
+                await c.execute(_DROP_BACKWARD, {"room_id": room_id, "ids": [e.event_id for e in normal]})
+            if backward:
+                await c.executemany(_ADD_BACKWARD, [{"room_id": room_id, "event_id": b} for b in sorted(backward)])
+            if advance is not None:
+                await self._write_advance(c, view, advance, rows, held, ids[0] if ids else 0, instance)
+
+        current = advance.current if advance is not None else view.current
+        last_stream = None
+        last_event = None
+        shown = [r for r in new_rows + re_rows if not r["outlier"] and not backfill and r["type"] not in NEVER_SHOWN]
+        if shown:
+            top = max(shown, key=lambda r: held_stream(r, held))
+            last_stream, last_event = held_stream(top, held), top["event_id"]
+        cur = await conn.execute(
+            _UPDATE_ROOM,
+            {"room_id": room_id, "current": current, "last_stream": last_stream, "last_event": last_event},
+        )
+        writes = await cur.fetchone()
+        view.writes = int(writes[0]) if writes else view.writes + 1
+        view.current = current
+        stream_ids = {r["event_id"]: held_stream(r, held) for r in rows}
+        return Persisted([r["event_id"] for r in rows], duplicates, stream_ids)
+
+    @staticmethod
+    def _ev_data(r: Mapping[str, Any], outlier: bool | None = None) -> EventRowData:
+        return EventRowData(
+            r["event_id"],
+            r["room_id"],
+            r["type"],
+            r["state_key"],
+            r["redacts"],
+            r["relates_to"],
+            r["membership"],
+            False,
+            r["outlier"] if outlier is None else outlier,
+        )
+
+    async def _advance(
+        self,
+        conn: AsyncConnection[Any],
+        view: RoomView,
+        ordered: Sequence[NewEvent],
+        rows: Sequence[dict[str, Any]],
+        held: dict[str, _Held],
+        local: bool,
+        memberships: Mapping[str, str | None],
+    ) -> _Advance:
+        """The forward extremities and the current state after the batch (written by :meth:`_write_advance`)."""
+        room_id = view.room_id
+        by_id = {r["event_id"]: r for r in rows}
+        normal = [e for e in ordered if not e.outlier]
+        extremities = dict(view.extremities)
+        has_children: set[str] = set()
+        if not local:
+            cur = await conn.execute(_CHILDREN, {"ids": [e.event_id for e in normal]})
+            has_children = {str(r[0]) for r in await cur.fetchall()}
+        #: New events rank after every held one, in batch order, until their IDs are known.
+        provisional = 1 << 62
+        for i, e in enumerate(normal):
+            for p in e.fields.prev_events:
+                extremities.pop(p, None)
+            if e.event_id not in has_children:
+                r = by_id[e.event_id]
+                kept = held[e.event_id].stream if held[e.event_id].stream else provisional + i
+                extremities[e.event_id] = (e.fields.depth, kept, r["state_group"])
+        ranked = sorted((-d, -s, g) for d, s, g in extremities.values() if g is not None)
+        group_ids = list(dict.fromkeys(int(g) for _, _, g in ranked))
+        if not group_ids:
+            return _Advance(extremities, view.current, [], [], [])
+        groups = await self.states.load_many(conn, room_id, group_ids)
+        if len(group_ids) == 1:
+            new = groups[group_ids[0]]
+        else:
+            resolved = await self.resolver(room_id, view.room_version, [groups[g].state for g in group_ids])
+            new = await self.states.store_state(conn, room_id, groups[group_ids[0]], resolved)
+        if new.id == view.current:
+            return _Advance(extremities, view.current, [], [], [])
+        old_state: State = {}
+        if view.current is not None:
+            old_state = (await self.states.load(conn, room_id, int(view.current))).state
+        sets: list[dict[str, Any]] = []
+        drops: list[dict[str, Any]] = []
+        deltas: list[tuple[str, str, str | None, str | None]] = []
+        for event_type, keys in sorted(diff(old_state, new.state).items()):
+            for state_key, event_id in sorted(keys.items()):
+                key = {"room_id": room_id, "type": event_type, "state_key": state_key}
+                deltas.append((event_type, state_key, event_id, old_state.get(event_type, {}).get(state_key)))
+                if event_id is None:
+                    drops.append(key)
+                else:
+                    membership = memberships.get(event_id) if event_type == MEMBER else None
+                    sets.append({**key, "event_id": event_id, "membership": membership})
+        missing = [s["event_id"] for s in sets if s["type"] == MEMBER and s["membership"] is None]
+        if missing:
+            cur = await conn.execute(_MEMBERSHIPS, {"ids": missing})
+            found = {str(r[0]): r[1] for r in await cur.fetchall()}
+            for s in sets:
+                if s["type"] == MEMBER and s["membership"] is None:
+                    s["membership"] = found.get(s["event_id"])
+        return _Advance(extremities, new.id, sets, drops, deltas)
+
+    async def _write_advance(
+        self,
+        c: Any,
+        view: RoomView,
+        advance: _Advance,
+        rows: Sequence[dict[str, Any]],
+        held: dict[str, _Held],
+        first_stream: int,
+        instance: str,
+    ) -> None:
+        room_id = view.room_id
+        by_id = {r["event_id"]: r for r in rows}
+        extremities = {
+            eid: (d, held_stream(by_id[eid], held) if eid in by_id else s, g)
+            for eid, (d, s, g) in advance.extremities.items()
+        }
+        await c.execute(_DROP_FORWARD, {"room_id": room_id})
+        await c.executemany(_ADD_FORWARD, [{"room_id": room_id, "event_id": eid} for eid in extremities])
+        view.extremities = extremities
+        if advance.sets:
+            await c.executemany(_SET_STATE, advance.sets)
+        if advance.drops:
+            await c.executemany(_DROP_STATE, advance.drops)
+        if advance.deltas:
+            await c.executemany(
+                _STATE_DELTA,
+                [
+                    {
+                        "stream": first_stream,
+                        "instance": instance,
+                        "room_id": room_id,
+                        "type": t,
+                        "state_key": k,
+                        "event_id": e,
+                        "prev_event_id": p,
+                    }
+                    for t, k, e, p in advance.deltas
+                ],
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class _Advance:
+    """A batch's effect on the room's ends and current state, computed before its IDs are reserved."""
+
+    extremities: dict[str, tuple[int, int, int | None]]
+    current: int | None
+    sets: list[dict[str, Any]]
+    drops: list[dict[str, Any]]
+    deltas: list[tuple[str, str, str | None, str | None]]
+
+
+def held_stream(row: Mapping[str, Any], held: Mapping[str, _Held]) -> int:
+    """The stream ordering of a batch row: reserved now, or kept from its outlier days."""
+    if "stream" in row:
+        return int(row["stream"])
+    return held[row["event_id"]].stream if row["event_id"] in held else 0

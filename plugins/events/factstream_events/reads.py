@@ -1,0 +1,407 @@
+"""Reading events: for a user (visibility, redactions, ``unsigned.membership``) and for a server.
+
+Every read for a user goes through :meth:`Reads.for_user`: the user's membership at each event comes
+from the event's state group (the store computed the event's history visibility once, when it stored
+it), the rules are ``factstream_events.visibility``, a redacted event is pruned on the way out with
+``unsigned.redacted_because``, and an event that is shown unredacted is its stored bytes with the
+``unsigned`` object spliced in before the closing brace (its JSON is never re-encoded).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+from psycopg import AsyncConnection
+
+from factstream import HostApi
+from factstream_events.canonical import parse_event_json
+from factstream_events.errors import Forbidden, InvalidEvent, UnknownEvent, UnknownRoom
+from factstream_events.prune import prune_event
+from factstream_events.statestore import StateStore
+from factstream_events.tokens import RoomToken, TokenError, next_token, order_by, pagination_bounds
+from factstream_events.validate import MEMBER, NEVER_SHOWN
+from factstream_events.visibility import EventFacts, check_event
+
+MAX_PAGE = 1_000
+DEFAULT_PAGE = 10
+
+_COLUMNS = (
+    "e.event_id, e.room_id, e.type, e.state_key, e.sender, e.outlier, e.visibility, e.membership,"
+    " e.prev_membership, e.state_group, e.topological_ordering, e.stream_ordering, e.redacted_by"
+)
+_BY_ID = (
+    f"SELECT {_COLUMNS}, j.json FROM events e JOIN event_json j ON j.event_id = e.event_id"
+    " WHERE e.event_id = ANY(%(ids)s)"
+)
+_JSON = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)s)"
+_MEMBERSHIP_OF = "SELECT event_id, membership FROM events WHERE event_id = ANY(%(ids)s)"
+_ROOM = "SELECT room_version FROM rooms WHERE room_id = %(room_id)s"
+_CURRENT_MEMBER = """
+SELECT c.event_id, c.membership, e.topological_ordering, e.stream_ordering
+FROM current_state_events c JOIN events e ON e.event_id = c.event_id
+WHERE c.room_id = %(room_id)s AND c.type = 'm.room.member' AND c.state_key = %(user)s
+"""
+_CURRENT_STATE = "SELECT event_id FROM current_state_events WHERE room_id = %(room_id)s ORDER BY type, state_key"
+_NEWEST = """
+SELECT topological_ordering, stream_ordering FROM events
+WHERE room_id = %(room_id)s AND NOT outlier ORDER BY topological_ordering DESC, stream_ordering DESC LIMIT 1
+"""
+_PREV = "SELECT event_id, prev_event_id FROM event_edges WHERE event_id = ANY(%(ids)s)"
+_ORDERS = """
+SELECT event_id, topological_ordering, stream_ordering, room_id FROM events
+WHERE event_id = ANY(%(ids)s) AND NOT outlier
+"""
+
+Direction = Literal["b", "f"]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """An event as the reads see it (the ``events`` row and its JSON)."""
+
+    event_id: str
+    room_id: str
+    type: str
+    state_key: str | None
+    sender: str
+    outlier: bool
+    visibility: Any
+    membership: str | None
+    prev_membership: str | None
+    state_group: int | None
+    topological: int
+    stream: int
+    redacted_by: str | None
+    raw: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A ``/messages`` page: the events shown (``chunk``), where it started and where the next starts."""
+
+    chunk: list[bytes]
+    start: str
+    end: str | None
+
+
+def _row(r: Sequence[Any]) -> Row:
+    return Row(
+        str(r[0]), str(r[1]), str(r[2]), r[3], str(r[4]), bool(r[5]), r[6], r[7], r[8],
+        None if r[9] is None else int(r[9]), int(r[10]), int(r[11]), r[12], bytes(r[13]),
+    )  # fmt: skip
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+def splice(raw: bytes, extra: Mapping[str, Any]) -> bytes:
+    """``raw`` (a JSON object without the keys of ``extra``) with them added; its bytes otherwise kept."""
+    body = raw.rstrip()
+    if not body.endswith(b"}"):
+        raise ValueError("a stored event is not a JSON object")
+    inner = body[:-1].rstrip()
+    added = b",".join(_encode(k) + b":" + _encode(v) for k, v in extra.items())
+    return inner + (b"" if inner.endswith(b"{") else b",") + added + b"}"
+
+
+def client_json(raw: bytes, event_id: str, unsigned: Mapping[str, Any]) -> bytes:
+    """An unredacted event as a client gets it: its stored bytes plus ``event_id`` and ``unsigned``.
+
+    Spliced, not re-encoded, unless the stored JSON already has one of those keys at its top level
+    (an ``event_id`` of room versions 1 and 2, an ``unsigned`` a remote server sent): then it is
+    parsed, merged and encoded (the stored bytes stay as they are).
+    """
+    if b'"unsigned"' in raw or b'"event_id"' in raw:
+        event = parse_event_json(raw)
+        if "unsigned" in event or "event_id" in event:
+            existing = event.get("unsigned")
+            event["unsigned"] = {**(existing if isinstance(existing, dict) else {}), **unsigned}
+            event.setdefault("event_id", event_id)
+            return _encode(event)
+    return splice(raw, {"event_id": event_id, "unsigned": unsigned})
+
+
+class Reads:
+    """Reads of one host process (module docstring)."""
+
+    def __init__(self, host: HostApi, states: StateStore) -> None:
+        self.host = host
+        self.states = states
+        self._versions: dict[str, str] = {}
+        self._memberships: dict[str, str | None] = {}
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    async def room_version(self, conn: AsyncConnection[Any], room_id: str) -> str:
+        version = self._versions.get(room_id)
+        if version is None:
+            cur = await conn.execute(_ROOM, {"room_id": room_id})
+            row = await cur.fetchone()
+            if row is None:
+                raise UnknownRoom(f"room {room_id} is not known here")
+            version = self._versions[room_id] = str(row[0])
+        return version
+
+    async def rows(self, conn: AsyncConnection[Any], event_ids: Sequence[str]) -> dict[str, Row]:
+        cur = await conn.execute(_BY_ID, {"ids": list(event_ids)})
+        return {r.event_id: r for r in map(_row, await cur.fetchall())}
+
+    async def _membership_of_events(self, conn: AsyncConnection[Any], event_ids: set[str]) -> dict[str, str | None]:
+        missing = [e for e in event_ids if e not in self._memberships]
+        if missing:
+            cur = await conn.execute(_MEMBERSHIP_OF, {"ids": missing})
+            for event_id, membership in await cur.fetchall():
+                self._memberships[str(event_id)] = membership
+        return {e: self._memberships.get(e) for e in event_ids}
+
+    async def memberships_at(self, conn: AsyncConnection[Any], user: str, rows: Sequence[Row]) -> list[str | None]:
+        """The user's membership in the state after each event (None: none; outliers: None)."""
+        member_events: list[str | None] = []
+        for row in rows:
+            if row.state_group is None:
+                member_events.append(None)
+                continue
+            group = await self.states.load(conn, row.room_id, row.state_group)
+            member_events.append(group.state.get(MEMBER, {}).get(user))
+        known = await self._membership_of_events(conn, {e for e in member_events if e is not None})
+        return [known.get(e) if e is not None else None for e in member_events]
+
+    async def current_membership(
+        self, conn: AsyncConnection[Any], room_id: str, user: str
+    ) -> tuple[str, int, int] | None:
+        """The user's current membership in the room and its event's (topological, stream), or None."""
+        cur = await conn.execute(_CURRENT_MEMBER, {"room_id": room_id, "user": user})
+        row = await cur.fetchone()
+        return None if row is None else (str(row[1]), int(row[2]), int(row[3]))
+
+    # -- formatting for a user -------------------------------------------------------------------------
+
+    async def for_user(
+        self, conn: AsyncConnection[Any], user: str, rows: Sequence[Row], *, is_peeking: dict[str, bool] | None = None
+    ) -> list[bytes]:
+        """The events of ``rows`` the user may see, in order, each formatted for them."""
+        rows = [r for r in rows if r.type not in NEVER_SHOWN]
+        memberships = await self.memberships_at(conn, user, rows)
+        peeking = dict(is_peeking or {})
+        for room_id in {r.room_id for r in rows} - peeking.keys():
+            peeking[room_id] = await self.current_membership(conn, room_id, user) is None
+        shown: list[tuple[Row, str]] = []
+        for row, membership in zip(rows, memberships, strict=True):
+            facts = EventFacts(
+                row.type, row.state_key, row.sender, row.outlier, row.visibility, row.membership, row.prev_membership
+            )
+            verdict = check_event(user, facts, membership, is_peeking=peeking[row.room_id])
+            if verdict.visible:
+                shown.append((row, verdict.membership))
+        return await self.format(conn, shown)
+
+    async def format(self, conn: AsyncConnection[Any], shown: Sequence[tuple[Row, str | None]]) -> list[bytes]:
+        """Each event as sent to a client: pruned if redacted, with ``unsigned`` (membership, redacted_because)."""
+        redactions = [r.redacted_by for r, _ in shown if r.redacted_by]
+        because: dict[str, Any] = {}
+        if redactions:
+            found = await self.rows(conn, redactions)
+            for event_id, red in found.items():
+                version = await self.room_version(conn, red.room_id)
+                event = parse_event_json(red.raw)
+                if red.redacted_by:
+                    event = prune_event(event, version)
+                event.pop("unsigned", None)
+                event["event_id"] = event_id
+                because[event_id] = event
+        out: list[bytes] = []
+        for row, membership in shown:
+            unsigned: dict[str, Any] = {}
+            if membership is not None:
+                unsigned["membership"] = membership
+            if row.redacted_by and row.redacted_by in because:
+                version = await self.room_version(conn, row.room_id)
+                event = prune_event(parse_event_json(row.raw), version)
+                event["event_id"] = row.event_id
+                unsigned["redacted_because"] = because[row.redacted_by]
+                event["unsigned"] = unsigned
+                out.append(_encode(event))
+                continue
+            out.append(client_json(row.raw, row.event_id, unsigned))
+        return out
+
+    # -- reads -----------------------------------------------------------------------------------------
+
+    async def event(self, user: str | None, event_id: str, room_id: str | None = None) -> bytes:
+        """One event (of ``room_id`` when given): its stored bytes for a server (``user`` None),
+        formatted if the user may see it."""
+        async with self.host.database().autocommit() as conn:
+            rows = await self.rows(conn, [event_id])
+            row = rows.get(event_id)
+            if row is None or (room_id is not None and row.room_id != room_id):
+                raise UnknownEvent(f"event {event_id} is not known here")
+            if user is None:
+                return row.raw
+            shown = await self.for_user(conn, user, [row])
+            if not shown:
+                raise UnknownEvent(f"event {event_id} is not known here or {user} may not see it")
+            return shown[0]
+
+    async def state_ids(self, room_id: str, at: str | None = None) -> dict[tuple[str, str], str]:
+        """The room's current state, or the state after event ``at``: ``(type, state_key) -> event_id``."""
+        async with self.host.database().autocommit() as conn:
+            await self.room_version(conn, room_id)
+            if at is None:
+                cur = await conn.execute(
+                    "SELECT type, state_key, event_id FROM current_state_events WHERE room_id = %(room_id)s",
+                    {"room_id": room_id},
+                )
+                return {(str(t), str(k)): str(e) for t, k, e in await cur.fetchall()}
+            rows = await self.rows(conn, [at])
+            row = rows.get(at)
+            if row is None or row.room_id != room_id:
+                raise UnknownEvent(f"event {at} is not known in room {room_id}")
+            if row.state_group is None:
+                raise UnknownEvent(f"event {at} is an outlier: its state is not known here")
+            group = await self.states.load(conn, room_id, row.state_group)
+            return {(t, k): e for t, inner in group.state.items() for k, e in inner.items()}
+
+    async def state_events(self, user: str | None, room_id: str, at: str | None = None) -> list[bytes]:
+        """The state events (formatted for ``user``, or raw for a server) of the current state or after ``at``.
+
+        A user reads the current state when joined (or when the room is ``world_readable``), the
+        state at their leave when they left, and the state after an event they may see.
+        """
+        async with self.host.database().autocommit() as conn:
+            if user is not None and at is None:
+                mine = await self.current_membership(conn, room_id, user)
+                if mine is not None and mine[0] == "leave":
+                    cur = await conn.execute(_CURRENT_MEMBER, {"room_id": room_id, "user": user})
+                    member = await cur.fetchone()
+                    at = str(member[0]) if member else None
+                elif mine is None or mine[0] != "join":
+                    ids = await self.state_ids(room_id)
+                    vis = ids.get(("m.room.history_visibility", ""))
+                    if vis is None or not await self._world_readable(conn, vis):
+                        raise Forbidden(f"{user} is not in room {room_id}")
+            if user is not None and at is not None:
+                await self.event(user, at)  # 404 unless the user may see it
+        ids = await self.state_ids(room_id, at)
+        async with self.host.database().autocommit() as conn:
+            rows = await self.rows(conn, list(ids.values()))
+            ordered = [
+                rows[e]
+                for e in sorted(ids.values(), key=lambda e: (rows[e].type, rows[e].state_key or ""))
+                if e in rows
+            ]
+            if user is None:
+                return [r.raw for r in ordered]
+            return await self.format(conn, [(r, None) for r in ordered])
+
+    async def _world_readable(self, conn: AsyncConnection[Any], event_id: str) -> bool:
+        cur = await conn.execute(_JSON, {"ids": [event_id]})
+        row = await cur.fetchone()
+        if row is None:
+            return False
+        content = parse_event_json(bytes(row[1])).get("content")
+        return isinstance(content, dict) and content.get("history_visibility") == "world_readable"
+
+    async def messages(
+        self,
+        user: str,
+        room_id: str,
+        *,
+        from_token: str | None = None,
+        to_token: str | None = None,
+        direction: Direction = "b",
+        limit: int = DEFAULT_PAGE,
+    ) -> Page:
+        """A page of the room's timeline for ``user`` (events-semantics §6 "Back-pagination").
+
+        403 for a user who is invited but never joined, banned, or not in a room that is not
+        ``world_readable``; a user who left pages up to their leave.
+        """
+        if direction not in ("b", "f"):
+            raise InvalidEvent(f"dir: must be 'b' or 'f', not {direction!r}")
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidEvent(f"limit: must be from 1 to {MAX_PAGE}, not {limit}")
+        start = _token("from", from_token)
+        end = _token("to", to_token)
+        async with self.host.database().autocommit() as conn:
+            await self.room_version(conn, room_id)
+            mine = await self.current_membership(conn, room_id, user)
+            cap: RoomToken | None = None
+            if mine is None or mine[0] in {"invite", "ban", "knock"}:
+                ids = await self.state_ids(room_id)
+                vis = ids.get(("m.room.history_visibility", ""))
+                if vis is None or not await self._world_readable(conn, vis):
+                    raise Forbidden(f"{user} may not read the history of room {room_id}")
+            elif mine[0] == "leave":
+                cap = RoomToken(topological=mine[1], stream=mine[2])
+            if start is None:
+                if direction == "b":
+                    cur = await conn.execute(_NEWEST, {"room_id": room_id})
+                    newest = await cur.fetchone()
+                    start = RoomToken(topological=int(newest[0]), stream=int(newest[1])) if newest else RoomToken(0)
+                else:
+                    start = RoomToken(topological=0, stream=-(2**62))
+            if cap is not None:
+                if direction == "b" and _after(start, cap):
+                    start = cap
+                if direction == "f" and (end is None or _after(end, cap)):
+                    end = cap
+            where, params = pagination_bounds(direction, start, end)
+            sql = (
+                f"SELECT {_COLUMNS}, j.json FROM (SELECT * FROM events WHERE room_id = %(room_id)s AND NOT outlier"
+                f" AND {where} ORDER BY {order_by(direction)} LIMIT %(limit)s) AS e"
+                f" JOIN event_json j ON j.event_id = e.event_id ORDER BY {order_by(direction)}"
+            )
+            cur = await conn.execute(sql, {**params, "room_id": room_id, "limit": limit})
+            rows = [_row(r) for r in await cur.fetchall()]
+            chunk = await self.for_user(conn, user, rows, is_peeking={room_id: mine is None})
+        # A page that found events has an end, even when filtering showed none of them; only a page
+        # past the last event has none (events-semantics §6).
+        next_end = str(next_token(direction, rows[-1].topological, rows[-1].stream)) if rows else None
+        return Page(chunk, str(start), next_end)
+
+    async def backfill(self, room_id: str, seeds: Sequence[str], limit: int) -> list[bytes]:
+        """Up to ``limit`` events before ``seeds`` (those included), walking prev_events deepest first."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidEvent(f"limit: must be from 1 to {MAX_PAGE}, not {limit}")
+        async with self.host.database().autocommit() as conn:
+            await self.room_version(conn, room_id)
+            out: list[str] = []
+            seen: set[str] = set()
+            queue: list[tuple[int, int, str]] = []
+            frontier = list(dict.fromkeys(seeds))
+            while frontier or queue:
+                if frontier:
+                    cur = await conn.execute(_ORDERS, {"ids": frontier})
+                    for event_id, topo, stream, in_room in await cur.fetchall():
+                        if in_room == room_id and event_id not in seen:
+                            seen.add(str(event_id))
+                            heapq.heappush(queue, (-int(topo), -int(stream), str(event_id)))
+                    frontier = []
+                if not queue or len(out) >= limit:
+                    break
+                _, _, event_id = heapq.heappop(queue)
+                out.append(event_id)
+                cur = await conn.execute(_PREV, {"ids": [event_id]})
+                frontier = [str(p) for _, p in await cur.fetchall() if p not in seen]
+            rows = await self.rows(conn, out)
+            return [rows[e].raw for e in out if e in rows]
+
+
+def _after(token: RoomToken, cap: RoomToken) -> bool:
+    """Whether ``token`` is past ``cap`` (a historic token) in the room's (topological, stream) order."""
+    if token.topological is None:
+        return token.stream > cap.stream
+    return (token.topological, token.stream) > (cap.topological or 0, cap.stream)
+
+
+def _token(name: str, text: str | None) -> RoomToken | None:
+    if text is None:
+        return None
+    try:
+        return RoomToken.parse(text)
+    except TokenError as exc:
+        raise InvalidEvent(f"{name}: {exc}") from None

@@ -1,0 +1,254 @@
+"""State groups in PostgreSQL: loading the state of a group, storing a new one (see ``statemath``).
+
+A load walks the group's base links in one recursive query that stops at the first group this process
+already holds, then replays the deltas on one working copy from the oldest down, copying a type's map
+only the first time it changes after a snapshot. The group asked for and every group on the walk
+whose position is a multiple of :data:`~factstream_events.statemath.BRANCHING` (the bases of later
+groups) are kept in an LRU bounded by the number of state entries held.
+
+Groups are immutable, so the cache never needs invalidating; a group another process wrote is simply
+loaded on first use.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from factstream_events.statemath import (
+    BRANCHING,
+    EMPTY_HASH,
+    EMPTY_STATE,
+    Delta,
+    State,
+    apply_delta,
+    base_position,
+    decode_delta,
+    diff,
+    encode_delta,
+    state_size,
+    updated_hash,
+)
+
+#: The state entries the cache may hold (a 10,000-member room's state is 10,000 entries).
+DEFAULT_CACHE_ENTRIES = 1_000_000
+
+_WALK = """
+WITH RECURSIVE walk(id, base, position, hash, delta, n) AS (
+    SELECT id, base, position, hash, delta, 1 FROM state_groups WHERE id = %(id)s
+  UNION ALL
+    SELECT g.id, g.base, g.position, g.hash, g.delta, w.n + 1
+    FROM walk w JOIN state_groups g ON g.id = w.base
+    WHERE w.base <> ALL(%(stop)s)
+)
+SELECT id, base, position, hash, delta FROM walk ORDER BY n
+"""
+_INSERT = """
+INSERT INTO state_groups (id, room_id, parent, base, position, size, hash, delta)
+VALUES (nextval('state_group_id_seq'), %(room_id)s, %(parent)s, %(base)s, %(position)s, %(size)s, %(hash)s, %(delta)s)
+ON CONFLICT (room_id, hash) DO NOTHING
+RETURNING id
+"""
+_SAME = "SELECT id, position, base FROM state_groups WHERE room_id = %(room_id)s AND hash = %(hash)s"
+
+
+class StateGroupError(LookupError):
+    """A state group that does not exist."""
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A state group: its ID, position on its lineage, multiset hash and the whole state."""
+
+    id: int
+    room_id: str
+    position: int
+    hash: bytes
+    state: State
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """What storing groups cost: groups written, entries in their deltas, bytes of the deltas."""
+
+    groups: int
+    entries: int
+    bytes: int
+
+
+class StateStore:
+    """Loads and stores state groups for one process; safe to share between rooms and tasks."""
+
+    def __init__(self, max_entries: int = DEFAULT_CACHE_ENTRIES) -> None:
+        self.max_entries = max_entries
+        self._cache: OrderedDict[int, Group] = OrderedDict()
+        self._held = 0
+        self._by_room: dict[str, set[int]] = {}
+        #: id -> (base, position) of every group seen: immutable, small.
+        self._links: dict[int, tuple[int | None, int]] = {}
+        self.groups_written = 0
+        self.entries_written = 0
+        self.bytes_written = 0
+        self.loads = 0
+        self.rows_read = 0
+
+    def stats(self) -> StoreStats:
+        return StoreStats(self.groups_written, self.entries_written, self.bytes_written)
+
+    # -- the cache ---------------------------------------------------------------------------------
+
+    def cached(self, group_id: int) -> Group | None:
+        group = self._cache.get(group_id)
+        if group is not None:
+            self._cache.move_to_end(group_id)
+        return group
+
+    def _keep(self, group: Group) -> None:
+        if group.id in self._cache:
+            self._cache.move_to_end(group.id)
+            return
+        self._cache[group.id] = group
+        self._by_room.setdefault(group.room_id, set()).add(group.id)
+        self._held += max(1, state_size(group.state))
+        while self._held > self.max_entries and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._held -= max(1, state_size(old.state))
+            room = self._by_room.get(old.room_id)
+            if room is not None:
+                room.discard(old.id)
+
+    # -- loading -----------------------------------------------------------------------------------
+
+    async def load(self, conn: AsyncConnection[Any], room_id: str, group_id: int) -> Group:
+        """The state group ``group_id`` of ``room_id``; :class:`StateGroupError` if it does not exist."""
+        hit = self.cached(group_id)
+        if hit is not None:
+            return hit
+        self.loads += 1
+        stop = list(self._by_room.get(room_id, ()))
+        cur = await conn.execute(_WALK, {"id": group_id, "stop": stop})
+        rows = await cur.fetchall()
+        if not rows:
+            raise StateGroupError(f"state group {group_id} of {room_id} does not exist")
+        self.rows_read += len(rows)
+        for gid, base, position, _, _ in rows:
+            self._links[int(gid)] = (None if base is None else int(base), int(position))
+        last_base = rows[-1][1]
+        start: State = EMPTY_STATE
+        if last_base is not None:
+            found = self.cached(int(last_base))
+            if found is not None:
+                start = found.state
+            else:  # evicted between the query and now: walk from the empty state
+                cur = await conn.execute(_WALK, {"id": group_id, "stop": []})
+                rows = await cur.fetchall()
+        work: dict[str, Any] = dict(start)
+        owned: set[str] = set()
+        result: Group | None = None
+        for gid, _, position, digest, blob in reversed(rows):
+            delta = decode_delta(bytes(blob))
+            for event_type, changes in delta.items():
+                if event_type not in owned:
+                    work[event_type] = dict(work.get(event_type, {}))
+                    owned.add(event_type)
+                inner = work[event_type]
+                for state_key, event_id in changes.items():
+                    if event_id is None:
+                        inner.pop(state_key, None)
+                    else:
+                        inner[state_key] = event_id
+                if not inner:
+                    del work[event_type]
+                    owned.discard(event_type)
+            gid = int(gid)
+            if gid == group_id or int(position) % BRANCHING == 0:
+                group = Group(gid, room_id, int(position), bytes(digest), dict(work))
+                owned.clear()  # the snapshot shares the maps: the next change copies them again
+                self._keep(group)
+                result = group
+        assert result is not None and result.id == group_id
+        return result
+
+    async def load_many(self, conn: AsyncConnection[Any], room_id: str, group_ids: list[int]) -> dict[int, Group]:
+        """:meth:`load` for several groups (each walk stops at groups the earlier ones cached)."""
+        out: dict[int, Group] = {}
+        for gid in sorted(set(group_ids)):
+            out[gid] = await self.load(conn, room_id, gid)
+        return out
+
+    # -- storing -----------------------------------------------------------------------------------
+
+    async def _ancestor(self, conn: AsyncConnection[Any], parent: Group, position: int) -> Group | None:
+        """The group at ``position`` on ``parent``'s base walk (None for position 0, the empty state)."""
+        if position == 0:
+            return None
+        gid: int | None = parent.id
+        while gid is not None:
+            link = self._links.get(gid)
+            if link is None:
+                await self.load(conn, parent.room_id, gid)
+                link = self._links[gid]
+            base, pos = link
+            if pos == position:
+                return await self.load(conn, parent.room_id, gid)
+            if pos < position:
+                break
+            gid = base
+        raise StateGroupError(f"state group {parent.id} has no ancestor at position {position} on its base walk")
+
+    async def store(self, conn: AsyncConnection[Any], room_id: str, parent: Group | None, change: Delta) -> Group:
+        """The group whose state is ``parent``'s changed by ``change`` (an existing one if equal)."""
+        before = parent.state if parent is not None else EMPTY_STATE
+        state = apply_delta(before, change)
+        digest = updated_hash(parent.hash if parent is not None else EMPTY_HASH, before, change)
+        if parent is not None and digest == parent.hash:
+            return parent
+        position = (parent.position if parent is not None else 0) + 1
+        base_pos = base_position(position)
+        if parent is None or base_pos == parent.position:
+            base = parent
+            delta: Mapping[str, Mapping[str, str | None]] = diff(before, state)
+        else:
+            base = await self._ancestor(conn, parent, base_pos)
+            delta = diff(base.state if base is not None else EMPTY_STATE, state)
+        blob = encode_delta(delta)
+        params = {
+            "room_id": room_id,
+            "parent": parent.id if parent is not None else None,
+            "base": base.id if base is not None else None,
+            "position": position,
+            "size": state_size(state),
+            "hash": digest,
+            "delta": blob,
+        }
+        cur = await conn.execute(_INSERT, params)
+        row = await cur.fetchone()
+        if row is None:  # an identical state exists: use it
+            cur = await conn.execute(_SAME, {"room_id": room_id, "hash": digest})
+            found = await cur.fetchone()
+            assert found is not None
+            gid, position, found_base = int(found[0]), int(found[1]), found[2]
+            self._links.setdefault(gid, (None if found_base is None else int(found_base), position))
+        else:
+            gid = int(row[0])
+            self._links[gid] = (base.id if base is not None else None, position)
+            self.groups_written += 1
+            self.entries_written += sum(len(c) for c in delta.values())
+            self.bytes_written += len(blob)
+        group = Group(gid, room_id, position, digest, state)
+        self._keep(group)
+        return group
+
+    async def store_state(self, conn: AsyncConnection[Any], room_id: str, parent: Group | None, state: State) -> Group:
+        """The group holding ``state``, stored as a change of ``parent`` (a resolved fork's state)."""
+        return await self.store(conn, room_id, parent, diff(parent.state if parent is not None else EMPTY_STATE, state))
+
+    def forget(self) -> None:
+        """Drop every cached state (tests; a process under memory pressure)."""
+        self._cache.clear()
+        self._by_room.clear()
+        self._held = 0

@@ -1,0 +1,439 @@
+"""The events plugin's Python API: ``host.state(EventsStore)`` in any host process.
+
+Writes (on a writer of the ``events`` stream):
+
+* local events, which this server creates: :meth:`EventsStore.create_room`, :meth:`send`,
+  :meth:`set_state`, :meth:`change_membership`, :meth:`redact`. The server picks ``prev_events`` (the
+  room's forward extremities, at most :data:`MAX_PREV_EVENTS` of the deepest), ``depth`` (one more than
+  the deepest of them), ``origin_server_ts`` and the event ID (``factstream_events.eventid``:
+  ``local_event_id``), and the local policy (the ``check_local_event`` hook, by default
+  ``factstream_events.policy``) must allow each event against the room's current state;
+* remote events, stored as received: :meth:`persist_remote`.
+
+Reads (any process): see ``factstream_events.reads`` (:attr:`EventsStore.reads`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from factstream import HostApi, Transaction
+from factstream_events.canonical import EventJsonError, canonical_json, parse_event_json
+from factstream_events.errors import EventConflict, Forbidden, InvalidEvent, UnknownEvent
+from factstream_events.eventid import EventIdError, content_hash, event_id_for, is_valid_event_id
+from factstream_events.persist import NewEvent, Persisted, Persister, RoomView
+from factstream_events.policy import RoomFacts
+from factstream_events.prune import KNOWN_ROOM_VERSIONS, UnknownRoomVersion
+from factstream_events.statemath import State, apply_delta, default_resolve
+from factstream_events.statestore import Group, StateStore
+from factstream_events.validate import (
+    CREATE,
+    HISTORY_VISIBILITY,
+    JOIN_RULES,
+    MAX_EVENT_BYTES,
+    MEMBER,
+    POWER_LEVELS,
+    REDACTION,
+    BadEvent,
+    check_event,
+)
+
+#: A local event follows at most this many of the room's deepest forward extremities.
+MAX_PREV_EVENTS = 10
+DEFAULT_ROOM_VERSION = "10"
+PRESETS = {"private_chat": "invite", "public_chat": "public", "trusted_private_chat": "invite"}
+
+_CONTENTS = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)s)"
+_MEMBERSHIPS = "SELECT event_id, membership FROM events WHERE event_id = ANY(%(ids)s)"
+_TARGET = "SELECT sender, type, room_id FROM events WHERE event_id = %(event_id)s"
+_CLAIM_TXN = """
+INSERT INTO event_txn_ids (user_id, txn_id, request_hash, event_id, inserted_ts)
+VALUES (%(user_id)s, %(txn_id)s, %(hash)s, %(event_id)s, %(ts)s)
+ON CONFLICT (user_id, txn_id) DO NOTHING RETURNING 1
+"""
+_EARLIER_TXN = "SELECT request_hash, event_id FROM event_txn_ids WHERE user_id = %(user_id)s AND txn_id = %(txn_id)s"
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """A local event before the server completes it."""
+
+    type: str
+    sender: str
+    content: Mapping[str, Any]
+    state_key: str | None = None
+    redacts: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteEvent:
+    """A remote event as received: its bytes, and its ID when given beside the JSON."""
+
+    raw: bytes
+    event_id: str | None = None
+    outlier: bool = False
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def request_hash(*parts: object) -> str:
+    return hashlib.sha256(canonical_json(list(parts))).hexdigest()
+
+
+class EventsStore:
+    """One host process's events (module docstring)."""
+
+    def __init__(self, host: HostApi) -> None:
+        self.host = host
+        self.states = StateStore()
+        self.persister = Persister(host, self.states, self._resolve)
+        self._contents: dict[str, Mapping[str, Any]] = {}
+
+    # -- hooks -------------------------------------------------------------------------------------
+
+    async def _resolve(self, room_id: str, room_version: str, states: Sequence[State]) -> State:
+        answer = await self.host.call_first("resolve_state", room_id=room_id, room_version=room_version, states=states)
+        return default_resolve(states) if answer is None else answer
+
+    async def _policy(self, room_id: str, event: Mapping[str, Any], state: State, facts: RoomFacts) -> str | None:
+        answer = await self.host.call_first("check_local_event", room_id=room_id, event=event, state=state, facts=facts)
+        if answer is None or answer is True:
+            return None
+        return answer if isinstance(answer, str) and answer else "the local policy refused the event"
+
+    # -- contents of state events (immutable, cached) ------------------------------------------------
+
+    async def contents(self, conn: AsyncConnection[Any], event_ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+        """The ``content`` of each held event of ``event_ids``."""
+        out = {e: self._contents[e] for e in event_ids if e in self._contents}
+        missing = [e for e in event_ids if e not in out]
+        if missing:
+            cur = await conn.execute(_CONTENTS, {"ids": missing})
+            for event_id, raw in await cur.fetchall():
+                content = parse_event_json(bytes(raw)).get("content")
+                out[str(event_id)] = self._contents[str(event_id)] = content if isinstance(content, dict) else {}
+        return out
+
+    async def _facts(
+        self,
+        conn: AsyncConnection[Any],
+        state: State,
+        users: Sequence[str],
+        batch: Mapping[str, NewEvent],
+        exists: bool,
+    ) -> RoomFacts:
+        wanted = {
+            k: state.get(t, {}).get(s)
+            for k, (t, s) in {"create": (CREATE, ""), "pl": (POWER_LEVELS, ""), "jr": (JOIN_RULES, "")}.items()
+        }
+        members = {u: state.get(MEMBER, {}).get(u) for u in users}
+        ids = [e for e in [*wanted.values(), *members.values()] if e is not None]
+        contents = {e: batch[e].fields.content for e in ids if e in batch}
+        contents.update(await self.contents(conn, [e for e in ids if e not in contents]))
+        creator = None
+        if wanted["create"] is not None:
+            create = batch.get(wanted["create"])
+            creator = create.fields.sender if create is not None else None
+            if creator is None:
+                c = contents.get(wanted["create"], {})
+                creator = c.get("creator") if isinstance(c.get("creator"), str) else None
+        jr = contents.get(wanted["jr"], {}) if wanted["jr"] else {}
+        return RoomFacts(
+            exists=exists,
+            creator=creator,
+            power_levels=contents.get(wanted["pl"]) if wanted["pl"] else None,
+            join_rule=str(jr.get("join_rule", "invite")),
+            memberships={
+                u: str(contents.get(e, {}).get("membership", "leave")) for u, e in members.items() if e is not None
+            },
+        )
+
+    # -- local writes ------------------------------------------------------------------------------
+
+    async def _local(
+        self,
+        room_id: str,
+        drafts: Sequence[Draft],
+        *,
+        new_room_version: str | None = None,
+        creator: str | None = None,
+        txn: tuple[str, str, str] | None = None,
+    ) -> list[str]:
+        """Complete, check and persist ``drafts`` in order; their event IDs.
+
+        ``txn``: ``(user, txn_id, request hash)`` for an idempotent send: a retry gets the first
+        event's ID back; another request under the same pair is refused (409).
+        """
+        if txn is not None:
+            earlier = await self._earlier_txn(txn)
+            if earlier is not None:
+                return [earlier]
+
+        async def build(conn: AsyncConnection[Any], view: RoomView | None, current: Group | None) -> list[NewEvent]:
+            version = view.room_version if view is not None else str(new_room_version)
+            state: State = current.state if current is not None else {}
+            if view is not None and view.extremities:
+                deepest = sorted(view.extremities.items(), key=lambda kv: (-kv[1][0], -kv[1][1]))[:MAX_PREV_EVENTS]
+                prev = [eid for eid, _ in deepest]
+                depth = max(d for _, (d, _, _) in deepest) + 1
+            else:
+                prev, depth = [], 1
+            made: dict[str, NewEvent] = {}
+            out: list[NewEvent] = []
+            exists = view is not None
+            for draft in drafts:
+                event: dict[str, Any] = {
+                    "room_id": room_id,
+                    "type": draft.type,
+                    "sender": draft.sender,
+                    "content": dict(draft.content),
+                    "origin_server_ts": now_ms(),
+                    "prev_events": list(prev),
+                    "depth": depth,
+                    "auth_events": self._auth_events(state, draft),
+                }
+                if draft.state_key is not None:
+                    event["state_key"] = draft.state_key
+                if draft.redacts is not None:
+                    event["redacts"] = draft.redacts
+                    if version == "11":
+                        event["content"]["redacts"] = draft.redacts
+                users = [draft.sender] + ([draft.state_key] if draft.type == MEMBER and draft.state_key else [])
+                facts = await self._facts(conn, state, users, made, exists)
+                if draft.redacts is not None:
+                    facts = await self._with_target(conn, facts, room_id, draft.redacts)
+                reason = await self._policy(room_id, event, state, facts)
+                if reason is not None:
+                    raise Forbidden(reason)
+                event["hashes"] = {"sha256": content_hash(event)}
+                event_id = event_id_for(event, version)
+                raw = canonical_json(event)
+                if len(raw) > MAX_EVENT_BYTES:
+                    raise InvalidEvent(f"the event is {len(raw)} bytes of JSON; at most {MAX_EVENT_BYTES} are allowed")
+                new = NewEvent(event_id, raw, event, check_event(event))
+                made[event_id] = new
+                out.append(new)
+                if draft.state_key is not None:
+                    state = apply_delta(state, {draft.type: {draft.state_key: event_id}})
+                exists = True
+                prev, depth = [event_id], depth + 1
+            return out
+
+        async def remember(txn_: Transaction, outcome: Persisted) -> None:
+            if txn is None or not outcome.stored:
+                return
+            user, txn_id, digest = txn
+            params = {"user_id": user, "txn_id": txn_id, "hash": digest, "event_id": outcome.stored[0], "ts": now_ms()}
+            cur = await txn_.execute(_CLAIM_TXN, params)
+            if await cur.fetchone() is None:
+                raise EventConflict(f"transaction ID {txn_id!r} was used concurrently; retry the request")
+
+        try:
+            outcome = await self.persister.persist_local(
+                room_id, build, new_room_version=new_room_version, before_commit=remember
+            )
+        except EventConflict:
+            if txn is not None:
+                earlier = await self._earlier_txn(txn)
+                if earlier is not None:
+                    return [earlier]
+            raise
+        return outcome.stored
+
+    async def _earlier_txn(self, txn: tuple[str, str, str]) -> str | None:
+        user, txn_id, digest = txn
+        rows = await self.host.database().fetchall(_EARLIER_TXN, {"user_id": user, "txn_id": txn_id})
+        if not rows:
+            return None
+        if rows[0][0] != digest:
+            raise EventConflict(f"transaction ID {txn_id!r} was already used by {user} for a different request")
+        return str(rows[0][1])
+
+    async def _with_target(self, conn: AsyncConnection[Any], facts: RoomFacts, room_id: str, target: str) -> RoomFacts:
+        cur = await conn.execute(_TARGET, {"event_id": target})
+        row = await cur.fetchone()
+        if row is None:
+            return facts
+        if row[2] != room_id:
+            raise InvalidEvent(f"redacts: event {target} is in another room, not {room_id}")
+        return RoomFacts(
+            facts.exists,
+            facts.creator,
+            facts.power_levels,
+            facts.join_rule,
+            facts.memberships,
+            (str(row[0]), str(row[1])),
+        )
+
+    @staticmethod
+    def _auth_events(state: State, draft: Draft) -> list[str]:
+        """The auth events Matrix selects: create, power levels, the sender's membership, and for a
+        membership event the target's and the join rules."""
+        keys = [(CREATE, ""), (POWER_LEVELS, ""), (MEMBER, draft.sender)]
+        if draft.type == MEMBER and draft.state_key is not None:
+            keys += [(MEMBER, draft.state_key), (JOIN_RULES, "")]
+        found = [state.get(t, {}).get(k) for t, k in keys]
+        return list(dict.fromkeys(e for e in found if e is not None))
+
+    async def create_room(
+        self,
+        creator: str,
+        *,
+        preset: str = "private_chat",
+        history_visibility: str = "shared",
+        name: str | None = None,
+        topic: str | None = None,
+        room_version: str = DEFAULT_ROOM_VERSION,
+        initial_state: Sequence[tuple[str, str, Mapping[str, Any]]] = (),
+        invite: Sequence[str] = (),
+    ) -> str:
+        """Create a room: its create, the creator's join, power levels, join rules, history visibility
+        (and name, topic, initial state, invites), in one transaction; returns the room ID."""
+        if room_version not in KNOWN_ROOM_VERSIONS or room_version in {"1", "2"}:
+            raise InvalidEvent(f"room_version: {room_version!r} is not a version this server creates rooms in")
+        if preset not in PRESETS:
+            raise InvalidEvent(f"preset: must be one of {', '.join(sorted(PRESETS))}, not {preset!r}")
+        room_id = f"!{secrets.token_urlsafe(18)}:{_server_of(creator)}"
+        create_content: dict[str, Any] = {"room_version": room_version}
+        if room_version != "11":
+            create_content["creator"] = creator
+        drafts = [
+            Draft(CREATE, creator, create_content, ""),
+            Draft(MEMBER, creator, {"membership": "join"}, creator),
+            Draft(
+                POWER_LEVELS,
+                creator,
+                {
+                    "users": {creator: 100},
+                    "users_default": 0,
+                    "events_default": 0,
+                    "state_default": 50,
+                    "ban": 50,
+                    "kick": 50,
+                    "redact": 50,
+                    "invite": 0,
+                    "events": {},
+                },
+                "",
+            ),
+            Draft(JOIN_RULES, creator, {"join_rule": PRESETS[preset]}, ""),
+            Draft(HISTORY_VISIBILITY, creator, {"history_visibility": history_visibility}, ""),
+        ]
+        if name is not None:
+            drafts.append(Draft("m.room.name", creator, {"name": name}, ""))
+        if topic is not None:
+            drafts.append(Draft("m.room.topic", creator, {"topic": topic}, ""))
+        drafts += [Draft(t, creator, dict(c), k) for t, k, c in initial_state]
+        drafts += [Draft(MEMBER, creator, {"membership": "invite"}, u) for u in invite]
+        await self._local(room_id, drafts, new_room_version=room_version, creator=creator)
+        return room_id
+
+    async def send(
+        self,
+        room_id: str,
+        sender: str,
+        event_type: str,
+        content: Mapping[str, Any],
+        *,
+        state_key: str | None = None,
+        txn_id: str | None = None,
+    ) -> str:
+        """Send one event (a state event with ``state_key``); idempotent per ``(sender, txn_id)``."""
+        txn = (sender, txn_id, request_hash("send", room_id, event_type, state_key, content)) if txn_id else None
+        return (await self._local(room_id, [Draft(event_type, sender, content, state_key)], txn=txn))[0]
+
+    async def change_membership(
+        self, room_id: str, sender: str, target: str, membership: str, *, reason: str | None = None
+    ) -> str:
+        """Join, leave, invite, kick (leave of another user), ban or unban; the event's ID."""
+        content: dict[str, Any] = {"membership": membership}
+        if reason is not None:
+            content["reason"] = reason
+        return (await self._local(room_id, [Draft(MEMBER, sender, content, target)]))[0]
+
+    async def redact(
+        self, room_id: str, sender: str, target: str, *, reason: str | None = None, txn_id: str | None = None
+    ) -> str:
+        """Redact ``target`` (an event of the same room); the redaction's ID."""
+        content: dict[str, Any] = {} if reason is None else {"reason": reason}
+        txn = (sender, txn_id, request_hash("redact", room_id, target, content)) if txn_id else None
+        return (await self._local(room_id, [Draft(REDACTION, sender, content, None, target)], txn=txn))[0]
+
+    # -- remote writes -----------------------------------------------------------------------------
+
+    async def persist_remote(
+        self,
+        room_id: str,
+        events: Sequence[RemoteEvent],
+        *,
+        backfill: bool = False,
+        room_version: str | None = None,
+    ) -> Persisted:
+        """Store complete events as received (see the module docstring of ``persist``)."""
+        version = room_version or await self._room_version(room_id)
+        batch: list[NewEvent] = []
+        for i, item in enumerate(events):
+            where = f"events[{i}]"
+            if len(item.raw) > MAX_EVENT_BYTES:
+                raise InvalidEvent(f"{where}: is {len(item.raw)} bytes of JSON; at most {MAX_EVENT_BYTES} are allowed")
+            try:
+                event = parse_event_json(item.raw)
+                fields = check_event(event, where)
+            except (EventJsonError, BadEvent) as exc:
+                raise InvalidEvent(f"{where}: {exc}" if isinstance(exc, EventJsonError) else str(exc)) from None
+            this_version = version
+            if event.get("type") == CREATE and event.get("state_key") == "":
+                content = event.get("content")
+                this_version = str(content.get("room_version", "1")) if isinstance(content, dict) else "1"
+            if this_version is None:
+                raise InvalidEvent(
+                    f"room_version: room {room_id} is not held here; give its version or its create event"
+                )
+            try:
+                computed = _remote_event_id(event, this_version, item.event_id)
+            except (EventIdError, UnknownRoomVersion) as exc:
+                raise InvalidEvent(f"{where}.event_id: {exc}") from None
+            if version is None:
+                version = this_version
+            batch.append(NewEvent(computed, item.raw, event, fields, item.outlier))
+        return await self.persister.persist(room_id, batch, backfill=backfill, room_version=version)
+
+    async def _room_version(self, room_id: str) -> str | None:
+        rows = await self.host.database().fetchall(
+            "SELECT room_version FROM rooms WHERE room_id = %(r)s", {"r": room_id}
+        )
+        return str(rows[0][0]) if rows else None
+
+
+def _remote_event_id(event: Mapping[str, Any], room_version: str, given: str | None) -> str:
+    """The ID of a remote event: inside its JSON (room versions 1 and 2, or given there), given beside
+    it, or its reference hash (room versions 3 and later); inside and beside must agree."""
+    inside = event.get("event_id")
+    if inside is not None and not (isinstance(inside, str) and is_valid_event_id(inside)):
+        raise EventIdError(f"must be an event ID (a string starting with '$'), not {inside!r:.60}")
+    if given is not None and not is_valid_event_id(given):
+        raise EventIdError(f"{given!r:.60} is not an event ID")
+    if inside is not None and given is not None and inside != given:
+        raise EventIdError(f"the ID given beside the event ({given}) differs from the one inside it ({inside})")
+    if inside is not None:
+        return str(inside)
+    if given is not None:
+        return given
+    return event_id_for(dict(event), room_version)
+
+
+def _server_of(user_id: str) -> str:
+    _, _, server = user_id.partition(":")
+    return server or "localhost"
+
+
+__all__ = ["Draft", "EventsStore", "RemoteEvent", "UnknownEvent"]

@@ -1,0 +1,58 @@
+"""Fixtures of the events plugin's tests: hosts on a database migrated for every installed plugin (so
+``events`` too), users with bearer tokens, and the plugin's Python API on a host."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import pytest
+from factstream_events import EventsStore
+from factstream_events.reads import Reads
+from factstream_events.routes import ReadsOf
+
+from factstream.host.app import Host
+from factstream.plugin.manager import load_plugins
+from factstream.testing import HostCluster
+
+USERS = ("@alice:hs", "@bob:hs", "@carol:hs", "@dave:hs", "@eve:hs")
+#: A token that may call writer routes (remote events, backfill): the "server".
+SERVER_TOKEN = "tok-server"
+
+
+def token_of(user: str) -> str:
+    return "tok-" + user.strip("@").replace(":", "-")
+
+
+TOKENS = {token_of(u): {"user": u} for u in USERS} | {SERVER_TOKEN: {"user": "@server:hs", "write": True}}
+
+
+@pytest.fixture(autouse=True)
+def _events_plugin_installed() -> None:
+    if "events" not in load_plugins().registry.streams.names():
+        pytest.skip("the bundled events plugin is not installed (uv sync --all-packages)")
+
+
+@pytest.fixture
+async def main(host_cluster: HostCluster) -> Host:
+    """One host, ``main``, writing ``events`` and ``backfill``, accepting the tokens of :data:`USERS`."""
+    host_cluster.configure(http={"tokens": TOKENS})
+    return await host_cluster("main")
+
+
+def store_of(host: Host) -> EventsStore:
+    return host.api.state(EventsStore)
+
+
+def reads_of(host: Host) -> Reads:
+    return host.api.state(ReadsOf).reads
+
+
+@pytest.fixture
+def client(host_cluster: HostCluster, main: Host) -> Callable[[str], httpx.AsyncClient]:
+    """``client(user)``: an HTTP client of ``main`` with ``user``'s token (``"server"``: the writer token)."""
+
+    def make(user: str) -> httpx.AsyncClient:
+        return host_cluster.client(main, SERVER_TOKEN if user == "server" else token_of(user))
+
+    return make
