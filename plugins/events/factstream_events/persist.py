@@ -539,7 +539,7 @@ class Persister:
                 else:
                     per_id[0] += [state_row(StateRowData(room_id, t, k, e)) for t, k, e, _ in advance.deltas]
             ids = await writer.reserve_groups(txn, per_id)
-            for r, sid in zip(new_rows, ids, strict=True):
+            for r, sid in zip(new_rows, ids[: len(new_rows)], strict=True):
                 r["stream"] = sid
             ex_ids = ids[len(new_rows) :]
         received = now_ms()
