@@ -15,6 +15,7 @@ Built on factstream's public API only, exactly as a third-party plugin would be:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+
 import factstream
 from factstream import MigrationSpec, RouteSpec, SettingsSpec, StreamSpec
 from factstream_events import hookspecs
