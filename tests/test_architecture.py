@@ -402,6 +402,10 @@ def test_the_cycle_check_catches_cycles(tmp_path):
 #: For every hook, a test that exercises it: ``(test file, test function)``. The test must exist and
 #: name the hook in its own source or in its module (the plugin source it installs).
 HOOK_TESTS = {
+    "register_hookspecs": (
+        "tests/core/test_plugin_hookspecs.py",
+        "test_register_hookspecs_of_the_guide_answers_through_a_route_and_the_host_api",
+    ),
     "register_streams": ("tests/core/test_plugins.py", "test_two_streams_claiming_one_sync_key_are_rejected"),
     "register_caches": (
         "tests/replication/test_pipeline.py",

@@ -11,7 +11,7 @@ from factstream.errors import ConfigError, DatabaseError, FactstreamError, Migra
 from factstream.idgen.generator import IdGeneratorError
 from factstream.migration_ops import create_stream_sequence, drop_stream_sequence
 from factstream.plugin.api import Caches, HostApi, StreamWriter
-from factstream.plugin.hookspecs import hookimpl
+from factstream.plugin.hookspecs import hookimpl, hookspec
 from factstream.plugin.specs import (
     CURRENT_STATE_CACHE_NAME,
     CacheSpec,
@@ -65,6 +65,7 @@ __all__ = [
     "create_stream_sequence",
     "drop_stream_sequence",
     "hookimpl",
+    "hookspec",
     "json_object_text",
     "metadata",
     "raw_json_response",

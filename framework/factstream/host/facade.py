@@ -38,8 +38,19 @@ class LocalSink(Protocol):
     def completed(self, stream: str, tokens: list[int], rows: list[Any], committed: bool) -> None: ...
 
 
+class PluginHooks(Protocol):
+    """The hooks plugins define, as the facade calls them (:class:`factstream.plugin.manager.PluginHost`)."""
+
+    async def call_hook(self, name: str, /, **kwargs: Any) -> list[Any]: ...
+
+    async def call_first(self, name: str, /, **kwargs: Any) -> Any | None: ...
+
+
 class RunningHost(Protocol):
     """What the facade reads of the host (:class:`factstream.host.app.Host` is one)."""
+
+    @property
+    def plugins(self) -> PluginHooks: ...
 
     @property
     def instance_name(self) -> str: ...
@@ -198,6 +209,7 @@ class HostFacade(HostApi):
 
     def __init__(self, host: RunningHost, plugin_settings: Mapping[type[BaseModel], BaseModel]) -> None:
         self._host = host
+        self._hooks = host.plugins
         self._plugin_settings = dict(plugin_settings)
         self._state: dict[object, object] = {}
         self._writers: dict[str, TableStreamWriter[Any]] = {}
@@ -269,6 +281,12 @@ class HostFacade(HostApi):
             return self._plugin_settings[model]  # type: ignore[return-value]
         except KeyError:
             raise FactstreamError(f"no plugin registered settings model {model.__name__} (register_settings)") from None
+
+    async def call_hook(self, name: str, /, **kwargs: Any) -> list[Any]:
+        return await self._hooks.call_hook(name, **kwargs)
+
+    async def call_first(self, name: str, /, **kwargs: Any) -> Any | None:
+        return await self._hooks.call_first(name, **kwargs)
 
     async def cancel_tasks(self) -> None:
         """Cancel and await every spawned task (the host calls this before the ``shutdown`` hooks)."""

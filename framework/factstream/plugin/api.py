@@ -21,6 +21,9 @@ What a plugin gets, and the rules it can rely on:
   made on first use; ``plugin_settings(Model)`` the plugin's validated ``plugins.<name>`` section.
 * **Tasks**: ``spawn(coroutine, name=...)`` runs a background task the host cancels when it stops,
   before the ``shutdown`` hooks run.
+* **Hooks plugins define** (``register_hookspecs``): ``call_hook(name, **kwargs)`` calls every
+  implementation, ``call_first(name, **kwargs)`` stops at the first answer; both await coroutines and
+  name the plugin that failed.
 """
 
 from __future__ import annotations
@@ -196,4 +199,23 @@ class HostApi(Protocol):
 
     def plugin_settings(self, model: type[ModelT]) -> ModelT:
         """The validated settings a plugin registered ``model`` for (``register_settings``)."""
+        ...
+
+    async def call_hook(self, name: str, /, **kwargs: Any) -> list[Any]:
+        """Call every implementation of ``name``, a hook a plugin defined; their results other than None.
+
+        Implementations run one at a time in hook order (``tryfirst`` first, ``trylast`` last, the
+        others the plugin loaded last first), each given the arguments it names of ``kwargs``; an
+        awaitable result is awaited before the next one runs. An implementation that raises stops the
+        call with :class:`~factstream.PluginError` naming the plugin and the hook. A name no loaded
+        plugin defines (or a core hook's) raises ``KeyError``.
+        """
+        ...
+
+    async def call_first(self, name: str, /, **kwargs: Any) -> Any | None:
+        """:meth:`call_hook` up to the first implementation whose (awaited) result is not None: that result.
+
+        None if every implementation returned None, or none exists. For ``firstresult=True`` hooks,
+        where a ``trylast`` implementation is the default answer.
+        """
         ...

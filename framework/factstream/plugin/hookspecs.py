@@ -1,24 +1,28 @@
 """Hook specifications: the extension points every stream plugin (bundled or third-party) uses.
 
 A plugin is a module (or object) with functions decorated ``@factstream.hookimpl`` whose names match
-the specs below; it is found through the ``factstream`` entry-point group, and the entry-point name is
-its identity. Registration hooks receive a ``register`` callable that takes one frozen, typed spec per
-call; the host validates each spec when it is registered and rejects duplicates naming both plugins.
-Hook implementations may accept a subset of the arguments (pluggy passes only what they name).
+the specs below, or the specs another plugin defines (``register_hookspecs``); it is found through
+the ``factstream`` entry-point group, and the entry-point name is its identity. Registration hooks
+receive a ``register`` callable that takes one frozen, typed spec per call; the host validates each
+spec when it is registered and rejects duplicates naming both plugins. Hook implementations may
+accept a subset of the arguments (pluggy passes only what they name).
 
 Hooks are grouped by lifecycle phase:
 
-* **registration** (host start-up, before anything runs): ``register_*``;
-* **lifecycle** (the host process): ``startup`` and ``shutdown``.
+* **registration** (host start-up, before anything runs): ``register_hookspecs`` first, then the
+  other ``register_*``;
+* **lifecycle** (the host process): ``startup``, ``on_rows`` and ``shutdown``.
 
 ``factstream.plugin.manager.PluginHost`` calls these hooks one plugin at a time so that an exception or a bad
-spec is reported with the plugin's name.
+spec is reported with the plugin's name. The hooks plugins define are called the same way, by whoever
+holds a host: ``host.call_hook(name, ...)`` and ``host.call_first(name, ...)``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeVar, overload
 
 import msgspec
 import pluggy
@@ -36,14 +40,128 @@ if TYPE_CHECKING:
     )
     from factstream.plugin.streams import StreamSpec
 
+F = TypeVar("F", bound=Callable[..., object])
+
+#: The attribute ``@factstream.hookimpl(defined_by=...)`` sets on the function it marks.
+DEFINED_BY_ATTRIBUTE = "factstream_defined_by"
+
+#: The marker for hook specifications (``@factstream.hookspec``): the core's below, and those a plugin
+#: defines for other plugins to implement (``register_hookspecs``). ``firstresult=True`` declares a
+#: hook whose callers want the first non-None answer (``host.call_first``).
 hookspec = pluggy.HookspecMarker("factstream")
+
+
+class HookimplMarker:
+    """``@factstream.hookimpl``: pluggy's implementation marker, plus ``defined_by``.
+
+    ``@factstream.hookimpl`` and ``@factstream.hookimpl(tryfirst=True)`` (or ``trylast=True``) mark
+    an implementation as pluggy's marker does. ``defined_by="events"`` says that the hook is one the
+    plugin ``events`` defines (``register_hookspecs``): where ``events`` is not loaded (blocked, not
+    installed) the implementation is then ignored with a warning rather than refused as a misspelt
+    hook, so a plugin that works beside ``events`` also starts without it. The manager requires it on
+    every implementation of another plugin's hook for that reason.
+
+    ``wrapper``/``hookwrapper`` are accepted so that the manager can refuse them by name (factstream
+    calls one plugin at a time and cannot honour wrappers), ``specname`` and ``optionalhook`` for
+    pluggy compatibility (every hook name is checked whatever ``optionalhook`` says).
+    """
+
+    def __init__(self, project_name: str) -> None:
+        self.project_name = project_name
+        self._pluggy = pluggy.HookimplMarker(project_name)
+
+    @overload
+    def __call__(
+        self,
+        function: F,
+        *,
+        tryfirst: bool = False,
+        trylast: bool = False,
+        defined_by: str | None = None,
+        specname: str | None = None,
+        wrapper: bool = False,
+        hookwrapper: bool = False,
+        optionalhook: bool = False,
+    ) -> F: ...
+
+    @overload
+    def __call__(
+        self,
+        function: None = None,
+        *,
+        tryfirst: bool = False,
+        trylast: bool = False,
+        defined_by: str | None = None,
+        specname: str | None = None,
+        wrapper: bool = False,
+        hookwrapper: bool = False,
+        optionalhook: bool = False,
+    ) -> Callable[[F], F]: ...
+
+    def __call__(
+        self,
+        function: F | None = None,
+        *,
+        tryfirst: bool = False,
+        trylast: bool = False,
+        defined_by: str | None = None,
+        specname: str | None = None,
+        wrapper: bool = False,
+        hookwrapper: bool = False,
+        optionalhook: bool = False,
+    ) -> F | Callable[[F], F]:
+        if defined_by is not None and (not isinstance(defined_by, str) or not defined_by):
+            raise ValueError(f"defined_by must name the plugin that defines the hook, not {defined_by!r}")
+        mark = self._pluggy(
+            tryfirst=tryfirst,
+            trylast=trylast,
+            specname=specname,
+            wrapper=wrapper,
+            hookwrapper=hookwrapper,
+            optionalhook=optionalhook,
+        )
+
+        def decorate(func: F) -> F:
+            mark(func)
+            if defined_by is not None:
+                setattr(func, DEFINED_BY_ATTRIBUTE, defined_by)
+            return func
+
+        return decorate if function is None else decorate(function)
+
+
 #: The marker for hook implementations (``@factstream.hookimpl``). It lives beside the specs, below the
 #: manager, so the core's own plugin (:mod:`factstream.plugin.core`) can use it without importing the
 #: manager that loads it.
-hookimpl = pluggy.HookimplMarker("factstream")
+hookimpl = HookimplMarker("factstream")
 
 # ---------------------------------------------------------------------------------------------------
 # registration
+
+
+@hookspec
+def register_hookspecs(register: Callable[[ModuleType | type], None]) -> None:
+    """Define hooks of the plugin's own, for other plugins to implement.
+
+    Call ``register(namespace)`` with a module or class holding ``@factstream.hookspec`` functions
+    (documented stubs, as below). It runs when the plugins load, before any other hook, so every
+    plugin's hooks are known before hook names are checked. A hook name another plugin defines, or a
+    core hook's, is rejected at start-up naming both plugins. Call the hooks from a running host with
+    ``host.call_hook(name, ...)`` (every result) or ``host.call_first(name, ...)`` (the first that is
+    not None, for ``firstresult=True`` specs). Other plugins implement them with
+    ``@factstream.hookimpl(defined_by="<this plugin>")``.
+
+    Example::
+
+        class PolicyHooks:
+            @factstream.hookspec(firstresult=True)
+            def check_like(self, host: HostApi, like: LikeRow) -> str | None:
+                '''Why ``like`` is refused, or None to let it through.'''
+
+        @factstream.hookimpl
+        def register_hookspecs(register):
+            register(PolicyHooks)
+    """
 
 
 @hookspec

@@ -4,6 +4,12 @@ Plugins are found in the entry-point group ``factstream``; the entry-point name 
 (its migration branch label, what an operator blocks, what errors name). The core registers its own
 features through the same hooks as a plugin named ``factstream``.
 
+Plugins may define hooks of their own (``register_hookspecs``). Those are added before any other hook
+is called, and only then are hook names checked: an implementation of a hook that neither the core
+nor a loaded plugin defines is a misspelling, refused with a suggestion, unless it is marked
+``@factstream.hookimpl(defined_by="plugin")`` for a plugin that is not loaded, in which case it is
+ignored with a warning (see :meth:`PluginHost.resolve_hooks`).
+
 Environment escape hatches (read when the manager is built):
 
 ``FACTSTREAM_LOAD_PLUGINS``
@@ -35,6 +41,10 @@ from factstream.plugin.rows import RowsHook, positional_arity
 
 ENTRY_POINT_GROUP = "factstream"
 CORE_PLUGIN = "factstream"
+#: The hooks the core defines (``factstream/plugin/hookspecs.py``); no plugin may define one again.
+CORE_HOOKS = frozenset(n for n in dir(hookspecs) if hasattr(getattr(hookspecs, n), "factstream_spec"))
+#: The hook that adds plugins' own hook specs; it runs before every other hook.
+HOOKSPECS_HOOK = "register_hookspecs"
 REGISTRATION_HOOKS = (
     "register_streams",
     "register_caches",
@@ -88,7 +98,8 @@ class PluginHost:
 
     Hooks are called one plugin at a time, in pluggy's call order (``tryfirst``/``trylast``, then the
     most recently registered first), rather than through pluggy's multi-call, so that a plugin that
-    raises or registers something invalid is reported by name.
+    raises or registers something invalid is reported by name. That holds for the hooks plugins
+    define too (:meth:`call_hook`, :meth:`call_first`).
     """
 
     def __init__(self, *, trace: bool = False) -> None:
@@ -96,9 +107,17 @@ class PluginHost:
         self.pm.add_hookspecs(hookspecs)
         self.plugins: dict[str, PluginInfo] = {}
         self.trace = trace
+        #: Each hook a plugin defined (``register_hookspecs``) -> that plugin's name.
+        self.hook_owners: dict[str, str] = {}
+        #: ``(plugin, hook)`` of the implementations ignored because the plugin defining the hook is not loaded.
+        self.ignored: set[tuple[str, str]] = set()
         self._registry: Registry | None = None
         self._impl_cache: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
         self._params: dict[Callable[..., Any], frozenset[str]] = {}
+        #: The plugins whose ``register_hookspecs`` ran (it runs once per plugin).
+        self._specs_added: set[str] = set()
+        #: Whether every plugin's hooks are added and every implementation's name is checked.
+        self._resolved = False
         if trace:
             self.pm.trace.root.setwriter(lambda msg: trace_log.info("%s", msg.rstrip()))
             self.pm.enable_tracing()
@@ -106,24 +125,47 @@ class PluginHost:
     # -- loading -----------------------------------------------------------------------------------
 
     def add(self, name: str, plugin: object, info: PluginInfo | None = None) -> None:
-        """Register ``plugin`` (a module or object with hook implementations) under ``name``."""
+        """Register ``plugin`` (a module or object with hook implementations) under ``name``.
+
+        Arguments are checked against the hooks already known; hook names are not checked yet, since a
+        plugin may implement a hook that a plugin added after it defines: :meth:`resolve_hooks` checks
+        them, before any hook is called.
+        """
         if name in self.plugins:
             raise PluginError(f"two plugins are named {name!r}: {self.plugins[name].module} and {_module_name(plugin)}")
-        _check_hook_names(name, plugin)
         try:
             self.pm.register(plugin, name=name)
         except pluggy.PluginValidationError as exc:
             raise PluginError(f"plugin {name!r} has an invalid hook implementation: {exc}") from exc
         self.plugins[name] = info or PluginInfo(name, _module_name(plugin), None, None)
         self._registry = None
+        self._resolved = False
         self._impl_cache.clear()
 
-    def check_pending(self) -> None:
-        """Fail loudly if any hook implementation has no matching spec (a misspelt hook)."""
-        try:
-            self.pm.check_pending()
-        except pluggy.PluginValidationError as exc:
-            raise PluginError(str(exc)) from exc
+    def resolve_hooks(self) -> None:
+        """Add every plugin's own hooks (``register_hookspecs``), then check every implementation's name.
+
+        Runs once after the last :meth:`add` (again after a later one, for the new plugins only);
+        :func:`load_plugins` calls it, and every hook call makes sure it ran, so no hook is called
+        before every hook is known. Refused with a :class:`PluginError`:
+
+        * a hook a plugin defines that the core or another plugin defines too (naming both);
+        * an implementation of a hook nobody defines (a misspelling: the message suggests the closest
+          hook, and names the plugin defining it if it is a plugin's);
+        * an implementation of another plugin's hook that is not marked ``defined_by`` that plugin.
+
+        An implementation marked ``@factstream.hookimpl(defined_by="x")`` whose hook is undefined
+        because plugin ``x`` is not loaded (blocked, or not installed) is ignored, with one warning
+        naming both plugins: a plugin that implements another's hooks starts without it.
+        """
+        if self._resolved:
+            return
+        for plugin_name, function in self._ordered_impls(HOOKSPECS_HOOK):
+            if plugin_name not in self._specs_added:
+                self._call(plugin_name, HOOKSPECS_HOOK, function, register=self._spec_binder(plugin_name))
+                self._specs_added.add(plugin_name)
+        self._check_hook_names()
+        self._resolved = True
 
     # -- registration ------------------------------------------------------------------------------
 
@@ -184,12 +226,196 @@ class PluginHost:
                 errors.append(exc)
         return errors
 
+    # -- hooks plugins define ----------------------------------------------------------------------
+
+    async def call_hook(self, name: str, /, **kwargs: Any) -> list[Any]:
+        """Call every implementation of the plugin-defined hook ``name``; their results but None, in order.
+
+        Implementations run one at a time in pluggy's order (``tryfirst``, the others with the plugin
+        loaded last first, ``trylast``), each with the arguments it names (a subset of ``kwargs``); an
+        awaitable result is awaited before the next implementation runs. One that raises stops the call
+        with a :class:`PluginError` naming the plugin and the hook (the exception chained). A name no
+        loaded plugin defines, or a core hook's, raises :class:`KeyError`.
+        """
+        results = []
+        for plugin_name, function in self._plugin_hook(name):
+            result = self._call(plugin_name, name, function, **kwargs)
+            if inspect.isawaitable(result):
+                result = await _named(plugin_name, name, result)
+            if result is not None:
+                results.append(result)
+        return results
+
+    async def call_first(self, name: str, /, **kwargs: Any) -> Any | None:
+        """Like :meth:`call_hook`, but stop at the first result (awaited) that is not None and return it.
+
+        None when every implementation returned None, or there is none. The implementations after the
+        one that answered are not called: a ``trylast`` implementation is a default.
+        """
+        for plugin_name, function in self._plugin_hook(name):
+            result = self._call(plugin_name, name, function, **kwargs)
+            if inspect.isawaitable(result):
+                result = await _named(plugin_name, name, result)
+            if result is not None:
+                return result
+        return None
+
+    def _plugin_hook(self, name: str) -> list[tuple[str, Callable[..., Any]]]:
+        """The implementations of a plugin-defined hook, resolved once per name (cleared by :meth:`add`)."""
+        if self._resolved and name in self.hook_owners:
+            cached = self._impl_cache.get(name)
+            if cached is not None:
+                return cached
+        self.resolve_hooks()
+        if name not in self.hook_owners:
+            raise KeyError(self._not_callable(name))
+        return self._impls(name)
+
+    def _not_callable(self, name: str) -> str:
+        if name in CORE_HOOKS:
+            return (
+                f"hook {name!r} is a core hook, which only the host calls; call_hook and call_first call "
+                "the hooks plugins define (register_hookspecs)"
+            )
+        close = difflib.get_close_matches(name, list(self.hook_owners), n=1)
+        hint = f" (did you mean {close[0]!r}, defined by plugin {self.hook_owners[close[0]]!r}?)" if close else ""
+        return f"no loaded plugin defines hook {name!r}{hint}; {self._plugin_hooks_listing()}"
+
+    def _plugin_hooks_listing(self) -> str:
+        if not self.hook_owners:
+            return "no plugin defines hooks"
+        owned = ", ".join(f"{hook} ({owner!r})" for hook, owner in sorted(self.hook_owners.items()))
+        return f"hooks defined by plugins: {owned}"
+
+    def _spec_binder(self, plugin_name: str) -> Callable[[ModuleType | type], None]:
+        """The ``register`` callable of one plugin's ``register_hookspecs``: checks, then adds a namespace."""
+
+        def register(namespace: ModuleType | type) -> None:
+            names = self._spec_names(plugin_name, namespace)
+            for hook in names:
+                if hook in CORE_HOOKS:
+                    core_and_plugin = f"the core ({CORE_PLUGIN!r}) and plugin {plugin_name!r}"
+                    raise PluginError(f"duplicate hook {hook!r}: defined by both {core_and_plugin}")
+                owner = self.hook_owners.get(hook)
+                if owner == plugin_name:
+                    raise PluginError(f"duplicate hook {hook!r}: plugin {plugin_name!r} defined it twice")
+                if owner is not None:
+                    first, second = sorted((owner, plugin_name))
+                    raise PluginError(f"duplicate hook {hook!r}: defined by both plugins {first!r} and {second!r}")
+            try:
+                # Checks the implementations already registered against the new specs.
+                self.pm.add_hookspecs(namespace)
+            except pluggy.PluginValidationError as exc:
+                implementer = self.pm.get_name(exc.plugin) or _module_name(exc.plugin)
+                raise PluginError(f"plugin {implementer!r} has an invalid hook implementation: {exc}") from exc
+            for hook in names:
+                self.hook_owners[hook] = plugin_name
+            if self.trace:
+                trace_log.info("  %s defined hooks %s", plugin_name, ", ".join(names))
+
+        register.__name__ = f"register[{plugin_name}]"
+        return register
+
+    def _spec_names(self, plugin_name: str, namespace: object) -> list[str]:
+        """The ``@factstream.hookspec`` functions of ``namespace``, which must be a module or a class."""
+        if not (isinstance(namespace, ModuleType) or inspect.isclass(namespace)):
+            raise PluginError(
+                f"plugin {plugin_name!r} registered {namespace!r} as hook specs; "
+                "register a module or a class holding @factstream.hookspec functions"
+            )
+        names = []
+        for name in sorted(dir(namespace)):
+            opts = self.pm.parse_hookspec_opts(namespace, name)
+            if opts is None:
+                continue
+            if opts.get("historic"):
+                raise PluginError(
+                    f"plugin {plugin_name!r} defines hook {name!r} as historic, which factstream does not support"
+                )
+            names.append(name)
+        if not names:
+            raise PluginError(
+                f"plugin {plugin_name!r} registered {_namespace_name(namespace)} as hook specs, "
+                "but it holds no @factstream.hookspec function"
+            )
+        return names
+
+    def _check_hook_names(self) -> None:
+        """Refuse misspelt hooks and undeclared implementations of other plugins' hooks (:meth:`resolve_hooks`)."""
+        order = {name: index for index, name in enumerate(self.plugins)}
+        found = sorted(
+            (
+                (impl.plugin_name, hook, impl)
+                for hook, caller in vars(self.pm.hook).items()
+                if not hook.startswith("_")
+                for impl in caller.get_hookimpls()
+            ),
+            key=lambda item: (order.get(item[0], len(order)), item[1]),
+        )
+        for plugin_name, hook, impl in found:
+            defined_by = getattr(impl.function, hookspecs.DEFINED_BY_ATTRIBUTE, None)
+            owner = CORE_PLUGIN if hook in CORE_HOOKS else self.hook_owners.get(hook)
+            if owner is None:
+                if defined_by is not None and defined_by not in self.plugins:
+                    if (plugin_name, hook) not in self.ignored:
+                        self.ignored.add((plugin_name, hook))
+                        log.warning(
+                            "plugin %r implements hook %r of plugin %r, which is not loaded (blocked or not "
+                            "installed); the implementation is ignored",
+                            plugin_name,
+                            hook,
+                            defined_by,
+                        )
+                    continue
+                raise PluginError(self._unknown_hook(plugin_name, hook, defined_by))
+            if defined_by is None:
+                if owner in (CORE_PLUGIN, plugin_name):
+                    continue
+                raise PluginError(
+                    f"plugin {plugin_name!r} implements hook {hook!r} of plugin {owner!r}: mark it "
+                    f"@factstream.hookimpl(defined_by={owner!r}), so that where {owner!r} is not loaded it is "
+                    "ignored rather than refused as an unknown hook"
+                )
+            if defined_by != owner:
+                where = f"the core ({CORE_PLUGIN!r})" if owner == CORE_PLUGIN else f"plugin {owner!r}"
+                raise PluginError(
+                    f"plugin {plugin_name!r} implements hook {hook!r} as a hook of plugin {defined_by!r} "
+                    f"(defined_by), but {where} defines it"
+                )
+
+    def _unknown_hook(self, plugin_name: str, hook: str, defined_by: str | None) -> str:
+        """Why an implementation of ``hook`` is refused, with the closest hook it may have meant."""
+        if defined_by is not None:  # a loaded plugin that does not define it
+            theirs = sorted(h for h, owner in self.hook_owners.items() if owner == defined_by)
+            close = difflib.get_close_matches(hook, theirs, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            return (
+                f"plugin {plugin_name!r} implements hook {hook!r} of plugin {defined_by!r}, which {defined_by!r} "
+                f"does not define{hint}; hooks of {defined_by!r}: {', '.join(theirs) or 'none'}"
+            )
+        known = sorted(CORE_HOOKS)
+        close = difflib.get_close_matches(hook, known + sorted(self.hook_owners), n=1)
+        hint = ""
+        if close:
+            owner = self.hook_owners.get(close[0])
+            hint = f" (did you mean {close[0]!r}" + (f", defined by plugin {owner!r}" if owner else "") + "?)"
+        listing = f"known hooks: {', '.join(known)}"
+        if self.hook_owners:
+            listing += f"; {self._plugin_hooks_listing()}"
+        return f"plugin {plugin_name!r} implements unknown hook {hook!r}{hint}; {listing}"
+
     # -- internals ---------------------------------------------------------------------------------
 
     def _impls(self, hook: str) -> list[tuple[str, Callable[..., Any]]]:
+        """A hook's implementations in call order, once every plugin's hooks are known (cached per hook)."""
         cached = self._impl_cache.get(hook)
         if cached is not None:
             return cached
+        self.resolve_hooks()
+        out = self._impl_cache[hook] = self._ordered_impls(hook)
+        return out
+
+    def _ordered_impls(self, hook: str) -> list[tuple[str, Callable[..., Any]]]:
         caller = getattr(self.pm.hook, hook)
         out = []
         # pluggy calls the list from the end: honour its order (tryfirst/trylast, last-registered first).
@@ -199,7 +425,6 @@ class PluginHost:
                     f"plugin {impl.plugin_name!r} wraps hook {hook}; factstream hooks do not support wrappers"
                 )
             out.append((impl.plugin_name, impl.function))
-        self._impl_cache[hook] = out
         return out
 
     def _call(self, plugin_name: str, hook: str, function: Callable[..., Any], **kwargs: Any) -> Any:
@@ -245,20 +470,10 @@ def _module_name(plugin: object) -> str:
     return f"{type(plugin).__module__}.{type(plugin).__qualname__}"
 
 
-def _check_hook_names(name: str, plugin: object) -> None:
-    """Reject functions marked ``@hookimpl`` whose name is not a known hook, suggesting the right one."""
-    known = sorted(n for n in dir(hookspecs) if hasattr(getattr(hookspecs, n), "factstream_spec"))
-    for attr in dir(plugin):
-        try:
-            value = getattr(plugin, attr)
-        except Exception:  # a property that raises is not a hook implementation
-            continue
-        if callable(value) and hasattr(value, "factstream_impl") and attr not in known:
-            close = difflib.get_close_matches(attr, known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise PluginError(
-                f"plugin {name!r} implements unknown hook {attr!r}{hint}; known hooks: {', '.join(known)}"
-            )
+def _namespace_name(namespace: ModuleType | type) -> str:
+    if isinstance(namespace, ModuleType):
+        return namespace.__name__
+    return f"{namespace.__module__}.{namespace.__qualname__}"
 
 
 def _entry_points() -> list[metadata.EntryPoint]:
@@ -339,7 +554,7 @@ def load_plugins(
         if name in selection.blocked:
             continue
         host.add(name, plugin)
-    host.check_pending()
+    host.resolve_hooks()
     return host
 
 
