@@ -174,6 +174,16 @@ class TableStreamWriter(StreamWriter[RowT]):
         ids += await self._gen.get_next_mult_txn(txn, len(rows))
         return list(ids)
 
+    async def reserve_groups(self, txn: Transaction, groups: Sequence[Sequence[RowT]]) -> list[int]:
+        if not groups:
+            return []
+        if not all(groups):
+            raise IdGeneratorError(f"stream {self.name!r}: every group of rows needs at least one row")
+        sizes = [len(g) for g in groups]
+        ids = self._on_complete(txn, [r for g in groups for r in g], sizes)
+        ids += await self._gen.get_next_mult_txn(txn, len(groups))
+        return list(ids)
+
     def _values(self, row: RowT, columns: Mapping[str, object] | None) -> dict[str, object]:
         if type(row) is not self._stream.spec.row_type:
             raise TypeError(f"stream {self.name!r} takes {self._stream.spec.row_type.__name__} rows, not {row!r}")
@@ -185,7 +195,7 @@ class TableStreamWriter(StreamWriter[RowT]):
             values.update(columns)
         return values
 
-    def _on_complete(self, txn: Transaction, rows: list[Any]) -> list[int]:
+    def _on_complete(self, txn: Transaction, rows: list[Any], sizes: list[int] | None = None) -> list[int]:
         """Hand ``rows`` to the pipeline when ``txn`` ends; returns the list their IDs go into.
 
         Registered *before* the IDs are reserved, so it runs before the ID generator's own completion
@@ -198,7 +208,11 @@ class TableStreamWriter(StreamWriter[RowT]):
 
         def completed(committed: bool) -> None:
             if ids:
-                sink.completed(name, [i * factor for i in ids], rows, committed)
+                if sizes is None:
+                    tokens = [i * factor for i in ids]
+                else:  # one ID per group: every row of a group at its ID
+                    tokens = [i * factor for i, n in zip(ids, sizes, strict=True) for _ in range(n)]
+                sink.completed(name, tokens, rows, committed)
 
         txn.on_complete(completed)
         return ids

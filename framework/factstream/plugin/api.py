@@ -143,6 +143,15 @@ class StreamWriter(Protocol[RowT_contra]):
         """
         ...
 
+    async def reserve_groups(self, txn: Transaction, groups: Sequence[Sequence[RowT_contra]]) -> list[int]:
+        """:meth:`reserve` with one stream ID per *group* of rows (in order), for several rows per ID.
+
+        For a stream whose facts carry more than one row at one ID (the events stream's ``ev`` row
+        and the ``state`` rows it caused): this process's pipeline, and so its ``on_rows`` hooks,
+        sees each group's rows together at the group's ID. Every group needs at least one row.
+        """
+        ...
+
 
 class HostApi(Protocol):
     """A running host, as every hook, route handler and ``SyncRequest`` sees it (module docstring)."""
