@@ -2,7 +2,7 @@
 
 * ``ledger``: one stream over two backing tables (two row kinds: credits and debits), each with a
   column the replication row does not carry (``memo`` / ``reason``);
-* ``backfill``: a backwards stream (IDs -2, -3, ...) with bool, float and list fields;
+* ``rewind``: a backwards stream (IDs -2, -3, ...) with bool, float and list fields;
 * ``shouty``: a stream read through the plugin's own update function;
 * export jobs over each, one with a transform and a partition column.
 """
@@ -39,10 +39,10 @@ TABLES_SQL = [
     " account text NOT NULL, amount bigint NOT NULL, reason text)",
     "CREATE SEQUENCE ledger_seq",
     "SELECT nextval('ledger_seq')",
-    "CREATE TABLE backfill (stream_id bigint PRIMARY KEY, instance_name text NOT NULL, note text,"
+    "CREATE TABLE rewind (stream_id bigint PRIMARY KEY, instance_name text NOT NULL, note text,"
     " ok boolean NOT NULL, score double precision NOT NULL, tags text[] NOT NULL)",
-    "CREATE SEQUENCE backfill_seq",
-    "SELECT nextval('backfill_seq')",
+    "CREATE SEQUENCE rewind_seq",
+    "SELECT nextval('rewind_seq')",
     "CREATE TABLE shouty (stream_id bigint PRIMARY KEY, instance_name text NOT NULL, said text NOT NULL)",
     "CREATE SEQUENCE shouty_seq",
     "SELECT nextval('shouty_seq')",
@@ -82,9 +82,9 @@ def register_streams(register):
     )
     register(
         StreamSpec(
-            name="backfill",
+            name="rewind",
             row_type=BackfillRow,
-            tables=(StreamTable("backfill", "instance_name", "stream_id"),),
+            tables=(StreamTable("rewind", "instance_name", "stream_id"),),
             positive=False,
             writers="any",
         )
@@ -104,5 +104,5 @@ def register_streams(register):
 def register_export_jobs(register):
     register(ExportJobSpec(name="ledger_raw", stream="ledger"))
     register(ExportJobSpec(name="ledger_signed", stream="ledger", transform=with_sign, partition_by=("sign",)))
-    register(ExportJobSpec(name="backfill_all", stream="backfill"))
+    register(ExportJobSpec(name="rewind_all", stream="rewind"))
     register(ExportJobSpec(name="shouty_all", stream="shouty"))

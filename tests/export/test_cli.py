@@ -81,7 +81,7 @@ def test_export_all_runs_every_job_and_prints_a_summary(run_cli, cli_env, export
     assert dict(_checkpoints(export_db))["ledger_raw"] == 41
     # Every job ran, the test plugin's and any installed bundled plugin's (caches_hourly, ...).
     written = {p.name for p in out.iterdir()}
-    assert {"backfill_all", "ledger_raw", "ledger_signed", "shouty_all"} <= written
+    assert {"rewind_all", "ledger_raw", "ledger_signed", "shouty_all"} <= written
     assert all(name in result.stdout for name in written)
 
 

@@ -80,7 +80,7 @@ def test_content_option_adds_the_whole_backing_row(spark, export_db, export_plug
 
 
 def test_backwards_stream_exports_positive_positions(spark, export_db, export_plugins, loop_thread):
-    spec = export_plugins.registry.streams.get("backfill")
+    spec = export_plugins.registry.streams.get("rewind")
 
     async def write():
         w = await Writer(export_db, spec, "bf").start()
@@ -91,7 +91,7 @@ def test_backwards_stream_exports_positive_positions(spark, export_db, export_pl
                 {"note": None, "ok": True, "score": 0.0, "tags": ['c,d\n"e"']},
             ]
             # one fact per call: array columns cannot go through the multi-row (unnest) append
-            return [(await w.append("backfill", [row]))[0] for row in rows]
+            return [(await w.append("rewind", [row]))[0] for row in rows]
         finally:
             await w.close()
 
@@ -99,22 +99,22 @@ def test_backwards_stream_exports_positive_positions(spark, export_db, export_pl
     assert all(i < 0 for i in ids)
     _register(spark, export_plugins, export_db)
 
-    rows = spark.read.format("factstream").option("stream", "backfill").load().orderBy("stream_id").collect()
+    rows = spark.read.format("factstream").option("stream", "rewind").load().orderBy("stream_id").collect()
 
     assert [r.stream_id for r in rows] == sorted(-i for i in ids)
     assert [(r.note, r.ok, r.score) for r in rows] == [("first", True, 1.5), ("", False, -2.0), (None, True, 0.0)]
     assert [json.loads(r.tags) for r in rows] == [["a", "b"], [], ['c,d\n"e"']]
     # One backing table: its name is on every row, as for streams with several (though not sent per row).
-    assert {r.source_table for r in rows} == {"backfill"}
-    with_content = spark.read.format("factstream").option("stream", "backfill").option("content", "true").load()
+    assert {r.source_table for r in rows} == {"rewind"}
+    with_content = spark.read.format("factstream").option("stream", "rewind").option("content", "true").load()
     assert [(r.source_table, json.loads(r.content)["note"]) for r in with_content.orderBy("stream_id").collect()] == [
-        ("backfill", "first"),
-        ("backfill", ""),
-        ("backfill", None),
+        ("rewind", "first"),
+        ("rewind", ""),
+        ("rewind", None),
     ]
 
     upto_first = rows[0].stream_id
-    tail = spark.read.format("factstream").option("stream", "backfill").option("from", upto_first).load().collect()
+    tail = spark.read.format("factstream").option("stream", "rewind").option("from", upto_first).load().collect()
     assert sorted(r.stream_id for r in tail) == [r.stream_id for r in rows[1:]]
 
 

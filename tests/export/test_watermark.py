@@ -135,11 +135,11 @@ def test_a_writer_that_is_gone_does_not_hold_the_watermark_back(export_db, expor
 
 
 def test_backwards_stream_watermark_is_a_positive_position(export_db, export_plugins, loop_thread):
-    spec = export_plugins.registry.streams.get("backfill")
+    spec = export_plugins.registry.streams.get("rewind")
     w = loop_thread.run(Writer(export_db, spec, "bf").start())
     try:
-        ids = loop_thread.run(w.append("backfill", [{"note": "x", "ok": True, "score": 1.0, "tags": ["t"]}]))
-        assert _watermark(export_db, export_plugins, "backfill") == -ids[0]
+        ids = loop_thread.run(w.append("rewind", [{"note": "x", "ok": True, "score": 1.0, "tags": ["t"]}]))
+        assert _watermark(export_db, export_plugins, "rewind") == -ids[0]
     finally:
         loop_thread.run(w.close())
 
