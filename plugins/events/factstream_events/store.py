@@ -25,7 +25,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from factstream import HostApi, Transaction
-from factstream_events.canonical import EventJsonError, canonical_json, parse_event_json
+from factstream_events.canonical import CanonicalJsonError, EventJsonError, canonical_json, parse_event_json
 from factstream_events.errors import EventConflict, Forbidden, InvalidEvent, UnknownEvent
 from factstream_events.eventid import EventIdError, content_hash, event_id_for, is_valid_event_id
 from factstream_events.persist import NewEvent, Persisted, Persister, RoomView
@@ -214,9 +214,12 @@ class EventsStore:
                 reason = await self._policy(room_id, event, state, facts)
                 if reason is not None:
                     raise Forbidden(reason)
-                event["hashes"] = {"sha256": content_hash(event)}
-                event_id = event_id_for(event, version)
-                raw = canonical_json(event)
+                try:
+                    event["hashes"] = {"sha256": content_hash(event)}
+                    event_id = event_id_for(event, version)
+                    raw = canonical_json(event)
+                except CanonicalJsonError as exc:  # a float or an integer beyond 2**53 in the content
+                    raise InvalidEvent(f"content: {exc}") from None
                 if len(raw) > MAX_EVENT_BYTES:
                     raise InvalidEvent(f"the event is {len(raw)} bytes of JSON; at most {MAX_EVENT_BYTES} are allowed")
                 new = NewEvent(event_id, raw, event, check_event(event))
