@@ -16,6 +16,7 @@ Reads (any process): see ``factstream_events.reads`` (:attr:`EventsStore.reads`)
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 import time
 from collections.abc import Mapping, Sequence
@@ -86,7 +87,8 @@ def now_ms() -> int:
 
 
 def request_hash(*parts: object) -> str:
-    return hashlib.sha256(canonical_json(list(parts))).hexdigest()
+    text = json.dumps(list(parts), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class EventsStore:
