@@ -51,8 +51,8 @@ def _json(text: st.SearchStrategy[str], numbers: st.SearchStrategy[int]) -> st.S
 
 
 def _bodies(text: st.SearchStrategy[str], numbers: st.SearchStrategy[int]) -> st.SearchStrategy[Any]:
-    """Bodies shaped like what the routes take (an object; to-device messages; inbox messages), and
-    any JSON value at all."""
+    """Bodies shaped like what the routes take (an object; to-device messages; inbox messages; a
+    membership change naming a user; a batch of remote events), and any JSON value at all."""
     value = _json(text, numbers)
     obj = st.dictionaries(text, value, max_size=3)
     user = st.one_of(st.sampled_from([WRITER_USER, ALICE_USER, "@bob:hs"]), text)
@@ -60,6 +60,8 @@ def _bodies(text: st.SearchStrategy[str], numbers: st.SearchStrategy[int]) -> st
         obj,
         st.fixed_dictionaries({"messages": st.dictionaries(user, st.dictionaries(text, obj, max_size=2), max_size=2)}),
         st.lists(st.fixed_dictionaries({"user_id": text, "body": text}), min_size=1, max_size=2),
+        st.fixed_dictionaries({"user_id": user}, optional={"reason": text}),
+        st.fixed_dictionaries({"events": st.lists(obj, max_size=2)}),
         value,
     )
 

@@ -369,6 +369,8 @@ class Reads:
             raise InvalidEvent(f"limit: must be from 1 to {MAX_PAGE}, not {limit}")
         async with self.host.database().autocommit() as conn:
             await self.room_version(conn, room_id)
+            if not seeds:
+                raise InvalidEvent("v: give at least one event ID to walk back from")
             out: list[str] = []
             seen: set[str] = set()
             queue: list[tuple[int, int, str]] = []

@@ -258,8 +258,6 @@ async def get_backfill(request: Request, host: HostApi) -> Response:
     require_writer(host, STREAM)
     room_id = _param(request, "room_id")
     seeds = request.query_params.getlist("v")
-    if not seeds:
-        raise HttpError(400, "M_INVALID_PARAM", "v: give at least one event ID to walk back from")
     limit_text = request.query_params.get("limit", "100")
     if not limit_text.isdigit():
         raise HttpError(400, "M_INVALID_PARAM", "limit: must be a number from 1 to 1000")
