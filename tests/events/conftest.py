@@ -9,7 +9,6 @@ import httpx
 import pytest
 from factstream_events import EventsStore
 from factstream_events.reads import Reads
-from factstream_events.routes import ReadsOf
 
 from factstream.host.app import Host
 from factstream.plugin.manager import load_plugins
@@ -45,7 +44,7 @@ def store_of(host: Host) -> EventsStore:
 
 
 def reads_of(host: Host) -> Reads:
-    return host.api.state(ReadsOf).reads
+    return host.api.state(EventsStore).reads
 
 
 @pytest.fixture

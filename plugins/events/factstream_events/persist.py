@@ -26,9 +26,10 @@ batch written by anyone else (a previous owner of the shard) makes it reload.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -295,16 +296,23 @@ class Persister:
         for e in batch:
             if e.fields.room_id != room_id:
                 raise InvalidEvent(f"event {e.event_id}: room_id is {e.fields.room_id}, not {room_id}")
+        async with self._room_transaction(room_id) as txn:
+            room = await self._lock_room(txn.conn, room_id)
+            outcome = await self._persist(txn, room_id, room, batch, backfill, local, room_version)
+            if before_commit is not None:
+                await before_commit(txn, outcome)
+        return outcome
+
+    @contextlib.asynccontextmanager
+    async def _room_transaction(self, room_id: str) -> AsyncIterator[Transaction]:
+        """A transaction under the room's asyncio lock; the room's view is dropped if it fails."""
         async with self._lock(room_id):
             try:
                 async with self.host.database().transaction() as txn:
-                    outcome = await self._persist(txn, room_id, batch, backfill, local, room_version)
-                    if before_commit is not None:
-                        await before_commit(txn, outcome)
+                    yield txn
             except BaseException:
                 self._views.pop(room_id, None)
                 raise
-            return outcome
 
     async def _lock_room(self, conn: AsyncConnection[Any], room_id: str) -> tuple[Any, ...] | None:
         """The room's row, locked until the transaction ends (None: not held)."""
@@ -324,41 +332,37 @@ class Persister:
         ``build`` picks prev_events and depth from what it is given, so no other write of the room
         can come in between. ``new_room_version``: the room is new (``build`` makes its create event).
         """
-        async with self._lock(room_id):
-            try:
-                async with self.host.database().transaction() as txn:
-                    conn = txn.conn
-                    room = await self._lock_room(conn, room_id)
-                    view: RoomView | None = None
-                    current: Group | None = None
-                    if room is not None:
-                        view = await self._view(conn, room_id, str(room[0]), int(room[1]), room[2])
-                        if view.current is not None:
-                            current = await self.states.load(conn, room_id, int(view.current))
-                    elif new_room_version is None:
-                        raise UnknownRoom(f"room {room_id} is not known here")
-                    batch = await build(conn, view, current)
-                    outcome = await self._persist(
-                        txn, room_id, batch, False, True, new_room_version if room is None else None
-                    )
-                    if before_commit is not None:
-                        await before_commit(txn, outcome)
-            except BaseException:
-                self._views.pop(room_id, None)
-                raise
-            return outcome
+        async with self._room_transaction(room_id) as txn:
+            conn = txn.conn
+            room = await self._lock_room(conn, room_id)
+            view: RoomView | None = None
+            current: Group | None = None
+            if room is not None:
+                view = await self._view(conn, room_id, str(room[0]), int(room[1]), room[2])
+                if view.current is not None:
+                    current = await self.states.load(conn, room_id, int(view.current))
+            elif new_room_version is None:
+                raise UnknownRoom(f"room {room_id} is not known here")
+            batch = await build(conn, view, current)
+            outcome = await self._persist(
+                txn, room_id, room, batch, False, True, new_room_version if room is None else None
+            )
+            if before_commit is not None:
+                await before_commit(txn, outcome)
+        return outcome
 
     async def _persist(
         self,
         txn: Transaction,
         room_id: str,
+        room: tuple[Any, ...] | None,
         batch: Sequence[NewEvent],
         backfill: bool,
         local: bool,
         room_version: str | None,
     ) -> Persisted:
+        """The batch's work inside ``txn``; ``room`` is the room's row, already locked (None: not held)."""
         conn = txn.conn
-        room = await self._lock_room(conn, room_id)
         if room is None:
             create = next((e for e in batch if e.fields.type == CREATE and e.fields.state_key == ""), None)
             if create is None and (local or room_version is None):

@@ -172,11 +172,11 @@ class Reads:
 
     async def current_membership(
         self, conn: AsyncConnection[Any], room_id: str, user: str
-    ) -> tuple[str, int, int] | None:
-        """The user's current membership in the room and its event's (topological, stream), or None."""
+    ) -> tuple[str, int, int, str] | None:
+        """The user's current membership in the room, its event's (topological, stream) and ID, or None."""
         cur = await conn.execute(_CURRENT_MEMBER, {"room_id": room_id, "user": user})
         row = await cur.fetchone()
-        return None if row is None else (str(row[1]), int(row[2]), int(row[3]))
+        return None if row is None else (str(row[1]), int(row[2]), int(row[3]), str(row[0]))
 
     # -- formatting for a user -------------------------------------------------------------------------
 
@@ -275,9 +275,7 @@ class Reads:
             if user is not None and at is None:
                 mine = await self.current_membership(conn, room_id, user)
                 if mine is not None and mine[0] == "leave":
-                    cur = await conn.execute(_CURRENT_MEMBER, {"room_id": room_id, "user": user})
-                    member = await cur.fetchone()
-                    at = str(member[0]) if member else None
+                    at = mine[3]
                 elif mine is None or mine[0] != "join":
                     ids = await self.state_ids(room_id)
                     vis = ids.get(("m.room.history_visibility", ""))

@@ -52,14 +52,7 @@ def store(host: HostApi) -> EventsStore:
 
 
 def reads(host: HostApi) -> Reads:
-    return host.state(ReadsOf).reads
-
-
-class ReadsOf:
-    """The host's :class:`Reads`, sharing the store's state cache."""
-
-    def __init__(self, host: HostApi) -> None:
-        self.reads = Reads(host, host.state(EventsStore).states)
+    return host.state(EventsStore).reads
 
 
 def json_response(body: bytes, status: int = 200) -> Response:

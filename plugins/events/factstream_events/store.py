@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +28,10 @@ from factstream import HostApi, Transaction
 from factstream_events.canonical import CanonicalJsonError, EventJsonError, canonical_json, parse_event_json
 from factstream_events.errors import EventConflict, Forbidden, InvalidEvent, UnknownEvent
 from factstream_events.eventid import EventIdError, content_hash, event_id_for, is_valid_event_id
-from factstream_events.persist import NewEvent, Persisted, Persister, RoomView
+from factstream_events.persist import NewEvent, Persisted, Persister, RoomView, now_ms
 from factstream_events.policy import RoomFacts
 from factstream_events.prune import KNOWN_ROOM_VERSIONS, UnknownRoomVersion
+from factstream_events.reads import Reads
 from factstream_events.statemath import State, apply_delta, default_resolve
 from factstream_events.statestore import Group, StateStore
 from factstream_events.validate import (
@@ -52,7 +52,6 @@ DEFAULT_ROOM_VERSION = "10"
 PRESETS = {"private_chat": "invite", "public_chat": "public", "trusted_private_chat": "invite"}
 
 _CONTENTS = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)s)"
-_MEMBERSHIPS = "SELECT event_id, membership FROM events WHERE event_id = ANY(%(ids)s)"
 _TARGET = "SELECT sender, type, room_id FROM events WHERE event_id = %(event_id)s"
 _CLAIM_TXN = """
 INSERT INTO event_txn_ids (user_id, txn_id, request_hash, event_id, inserted_ts)
@@ -82,10 +81,6 @@ class RemoteEvent:
     outlier: bool = False
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def request_hash(*parts: object) -> str:
     text = json.dumps(list(parts), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -98,6 +93,7 @@ class EventsStore:
         self.host = host
         self.states = StateStore()
         self.persister = Persister(host, self.states, self._resolve)
+        self.reads = Reads(host, self.states)
         self._contents: dict[str, Mapping[str, Any]] = {}
 
     # -- hooks -------------------------------------------------------------------------------------
@@ -167,7 +163,6 @@ class EventsStore:
         drafts: Sequence[Draft],
         *,
         new_room_version: str | None = None,
-        creator: str | None = None,
         txn: tuple[str, str, str] | None = None,
     ) -> list[str]:
         """Complete, check and persist ``drafts`` in order; their event IDs.
@@ -339,7 +334,7 @@ class EventsStore:
             drafts.append(Draft("m.room.topic", creator, {"topic": topic}, ""))
         drafts += [Draft(t, creator, dict(c), k) for t, k, c in initial_state]
         drafts += [Draft(MEMBER, creator, {"membership": "invite"}, u) for u in invite]
-        await self._local(room_id, drafts, new_room_version=room_version, creator=creator)
+        await self._local(room_id, drafts, new_room_version=room_version)
         return room_id
 
     async def send(
