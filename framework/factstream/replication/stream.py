@@ -72,7 +72,10 @@ class ReplicatedStream:
         #: An ID the sequence is known to have handed out (normalised: positive): no writer's
         #: position can be beyond the sequence, so a POSITION past this is checked against it.
         self._allocated = id_gen.reserved_before_start
-        if id_gen.is_writer and spec.update_function is None:
+        #: Only rows of a stream read by the table update function are exactly what the generator
+        #: captures; a stream with its own update function is always read back through it.
+        self._can_capture = id_gen.is_writer and spec.update_function is None
+        if self._can_capture:
             id_gen.capture = self
 
     # -- positions, in wire tokens -----------------------------------------------------------------
@@ -210,6 +213,7 @@ class ReplicatedStream:
 
     def set_capturing(self, on: bool) -> None:
         """Capture rows from now on (someone listens) or not; IDs before a switch on are read back."""
+        on = on and self._can_capture
         if on and not self.capturing:
             self._read_upto = max(self._read_upto, self.minimal_local_current_token(), self.last_token)
         self.capturing = on
