@@ -16,8 +16,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+import msgspec
+
 import factstream
-from factstream import MigrationSpec, RouteSpec, SettingsSpec, StreamSpec
+from factstream import (
+    CacheSpec,
+    HostApi,
+    InvalidationSpec,
+    MigrationSpec,
+    RouteSpec,
+    SettingsSpec,
+    StreamSpec,
+    cached_specs,
+)
 from factstream_events import hookspecs
 from factstream_events.policy import RoomFacts, check
 from factstream_events.routes import ROUTES
@@ -34,6 +45,7 @@ from factstream_events.rows import (
 from factstream_events.settings import EventsSettings
 from factstream_events.statemath import State, default_resolve
 from factstream_events.store import EventsStore
+from factstream_events.timeline import ROOMS_FOR_USER, Timeline, rooms_for_user_keys
 from factstream_events.updates import events_updates
 
 __all__ = ["BACKFILL_STREAM_SPEC", "EVENTS_STREAM_SPEC", "EventsSettings", "EventsStore"]
@@ -62,6 +74,31 @@ BACKFILL_STREAM_SPEC = StreamSpec(
 def register_streams(register: Callable[[StreamSpec], None]) -> None:
     register(EVENTS_STREAM_SPEC)
     register(BACKFILL_STREAM_SPEC)
+
+
+@factstream.hookimpl
+def register_caches(register: Callable[[CacheSpec], None]) -> None:
+    for spec in cached_specs(Timeline):
+        register(spec)
+
+
+@factstream.hookimpl
+def register_invalidations(register: Callable[[InvalidationSpec], None]) -> None:
+    register(InvalidationSpec(stream=STREAM, cache=ROOMS_FOR_USER, keys=rooms_for_user_keys))
+
+
+@factstream.hookimpl
+async def startup(host: HostApi) -> None:
+    """Make this process's events store (its change caches start at the stream's position now) and
+    teach the change caches the latest changes from the database."""
+    await host.state(EventsStore).timeline.prefill()
+
+
+@factstream.hookimpl
+def on_rows(host: HostApi, stream: str, instance: str, token: int, rows: Sequence[msgspec.Struct], local: bool) -> None:
+    """Feed the stream change caches with the events stream's rows (never the backfill stream's)."""
+    if stream == STREAM:
+        host.state(EventsStore).timeline.on_rows(token, [r for r in rows if isinstance(r, EventsRow)])
 
 
 @factstream.hookimpl

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import msgspec
 from psycopg import AsyncConnection
 
-from factstream import HostApi
+from factstream import HostApi, LruCache
 from factstream_events.canonical import parse_event_json
 from factstream_events.errors import Forbidden, InvalidEvent, UnknownEvent, UnknownRoom
 from factstream_events.prune import prune_event
@@ -29,12 +29,12 @@ from factstream_events.visibility import EventFacts, check_event
 MAX_PAGE = 1_000
 DEFAULT_PAGE = 10
 
-_COLUMNS = (
+COLUMNS = (
     "e.event_id, e.room_id, e.type, e.state_key, e.sender, e.outlier, e.visibility, e.membership,"
     " e.prev_membership, e.state_group, e.topological_ordering, e.stream_ordering, e.redacted_by"
 )
 _BY_ID = (
-    f"SELECT {_COLUMNS}, j.json FROM events e JOIN event_json j ON j.event_id = e.event_id"
+    f"SELECT {COLUMNS}, j.json FROM events e JOIN event_json j ON j.event_id = e.event_id"
     " WHERE e.event_id = ANY(%(ids)s)"
 )
 _JSON = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)s)"
@@ -57,6 +57,7 @@ WHERE event_id = ANY(%(ids)s) AND NOT outlier
 """
 
 Direction = Literal["b", "f"]
+_MISSING = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +89,7 @@ class Page:
     end: str | None
 
 
-def _row(r: Sequence[Any]) -> Row:
+def row_of(r: Sequence[Any]) -> Row:
     return Row(
         str(r[0]), str(r[1]), str(r[2]), r[3], str(r[4]), bool(r[5]), r[6], r[7], r[8],
         None if r[9] is None else int(r[9]), int(r[10]), int(r[11]), r[12], bytes(r[13]),
@@ -132,7 +133,7 @@ class Reads:
         self.host = host
         self.states = states
         self._versions: dict[str, str] = {}
-        self._memberships: dict[str, str | None] = {}
+        self._memberships: LruCache[str | None] = LruCache("events_member_event_membership", 100_000)
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -148,25 +149,37 @@ class Reads:
 
     async def rows(self, conn: AsyncConnection[Any], event_ids: Sequence[str]) -> dict[str, Row]:
         cur = await conn.execute(_BY_ID, {"ids": list(event_ids)})
-        return {r.event_id: r for r in map(_row, await cur.fetchall())}
+        return {r.event_id: r for r in map(row_of, await cur.fetchall())}
 
     async def _membership_of_events(self, conn: AsyncConnection[Any], event_ids: set[str]) -> dict[str, str | None]:
-        missing = [e for e in event_ids if e not in self._memberships]
+        """The membership each member event sets (immutable, so kept in a bounded cache)."""
+        known: dict[str, str | None] = {}
+        missing: list[str] = []
+        for event_id in event_ids:
+            hit = self._memberships.get((event_id,), _MISSING)
+            if hit is _MISSING:
+                missing.append(event_id)
+            else:
+                known[event_id] = hit
         if missing:
             cur = await conn.execute(_MEMBERSHIP_OF, {"ids": missing})
             for event_id, membership in await cur.fetchall():
-                self._memberships[str(event_id)] = membership
-        return {e: self._memberships.get(e) for e in event_ids}
+                known[str(event_id)] = membership
+                self._memberships.set((str(event_id),), membership)
+        return known
 
     async def memberships_at(self, conn: AsyncConnection[Any], user: str, rows: Sequence[Row]) -> list[str | None]:
         """The user's membership in the state after each event (None: none; outliers: None)."""
-        member_events: list[str | None] = []
+        groups: dict[str, set[int]] = {}
         for row in rows:
-            if row.state_group is None:
-                member_events.append(None)
-                continue
-            group = await self.states.load(conn, row.room_id, row.state_group)
-            member_events.append(group.state.get(MEMBER, {}).get(user))
+            if row.state_group is not None:
+                groups.setdefault(row.room_id, set()).add(row.state_group)
+        loaded: dict[int, Any] = {}
+        for room_id, ids in groups.items():
+            loaded.update(await self.states.load_many(conn, room_id, sorted(ids)))
+        member_events = [
+            None if row.state_group is None else loaded[row.state_group].state.get(MEMBER, {}).get(user) for row in rows
+        ]
         known = await self._membership_of_events(conn, {e for e in member_events if e is not None})
         return [known.get(e) if e is not None else None for e in member_events]
 
@@ -322,8 +335,8 @@ class Reads:
             raise InvalidEvent(f"dir: must be 'b' or 'f', not {direction!r}")
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidEvent(f"limit: must be from 1 to {MAX_PAGE}, not {limit}")
-        start = _token("from", from_token)
-        end = _token("to", to_token)
+        start = parse_token("from", from_token)
+        end = parse_token("to", to_token)
         async with self.host.database().autocommit() as conn:
             await self.room_version(conn, room_id)
             mine = await self.current_membership(conn, room_id, user)
@@ -349,12 +362,12 @@ class Reads:
                     end = cap
             where, params = pagination_bounds(direction, start, end)
             sql = (
-                f"SELECT {_COLUMNS}, j.json FROM (SELECT * FROM events WHERE room_id = %(room_id)s AND NOT outlier"
+                f"SELECT {COLUMNS}, j.json FROM (SELECT * FROM events WHERE room_id = %(room_id)s AND NOT outlier"
                 f" AND {where} ORDER BY {order_by(direction)} LIMIT %(limit)s) AS e"
                 f" JOIN event_json j ON j.event_id = e.event_id ORDER BY {order_by(direction)}"
             )
             cur = await conn.execute(sql, {**params, "room_id": room_id, "limit": limit})
-            rows = [_row(r) for r in await cur.fetchall()]
+            rows = [row_of(r) for r in await cur.fetchall()]
             chunk = await self.for_user(conn, user, rows, is_peeking={room_id: mine is None})
         # A page that found events has an end, even when filtering showed none of them; only a page
         # past the last event has none (events-semantics §6).
@@ -398,7 +411,7 @@ def _after(token: RoomToken, cap: RoomToken) -> bool:
     return (token.topological, token.stream) > (cap.topological or 0, cap.stream)
 
 
-def _token(name: str, text: str | None) -> RoomToken | None:
+def parse_token(name: str, text: str | None) -> RoomToken | None:
     if text is None:
         return None
     try:

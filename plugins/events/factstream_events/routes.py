@@ -6,7 +6,8 @@ Local writes (any user token; the sender is always the calling user; on a writer
 ban,unban}``, ``PUT /rooms/{room_id}/redact/{event_id}/{txn_id}``. Remote writes (writer token):
 ``POST /rooms/{room_id}/remote_events``. Reads: ``GET /rooms/{room_id}/event/{event_id}``,
 ``GET /rooms/{room_id}/state[?at=]``, ``GET /rooms/{room_id}/messages``,
-``GET /rooms/{room_id}/backfill`` (writer token).
+``GET /rooms/{room_id}/backfill`` (writer token); per user: ``GET /events?from=`` (what is new since a
+stream token) and ``GET /recent`` (the newest events of the user's most recent rooms).
 
 Every refusal is a 4xx ``{"errcode", "error"}`` whose message names the field, decided before
 anything is stored.
@@ -29,6 +30,7 @@ from factstream_events.reads import DEFAULT_PAGE, Reads
 from factstream_events.rows import STREAM
 from factstream_events.settings import EventsSettings
 from factstream_events.store import EventsStore, RemoteEvent
+from factstream_events.timeline import DEFAULT_TIMELINE, RoomTimeline
 
 Endpoint = Callable[[Request, HostApi], Awaitable[Any]]
 MAX_ID = 255
@@ -258,6 +260,40 @@ async def get_backfill(request: Request, host: HostApi) -> Response:
     return json_response(b'{"pdus":[' + b",".join(events) + b"]}")
 
 
+def _number(request: Request, name: str, default: int) -> int:
+    text = request.query_params.get(name, str(default))
+    if not text.isdigit() or len(text) > 9:
+        raise HttpError(400, "M_INVALID_PARAM", f"{name}: must be a whole number, not {text[:20]!r}")
+    return int(text)
+
+
+def _timeline_json(room: RoomTimeline) -> bytes:
+    head = {"membership": room.membership, "limited": room.limited}
+    if room.prev_batch is not None:
+        head["prev_batch"] = room.prev_batch
+    return msgspec.json.encode(head)[:-1] + b',"events":[' + b",".join(room.events) + b"]}"
+
+
+@answers
+async def get_new_events(request: Request, host: HostApi) -> Response:
+    user = calling_user(request)
+    limit = _number(request, "limit", DEFAULT_TIMELINE)
+    found = await store(host).timeline.new_events(user, request.query_params.get("from"), limit=limit)
+    rooms = b",".join(msgspec.json.encode(r.room_id) + b":" + _timeline_json(r) for r in found.rooms)
+    head = msgspec.json.encode({"next": found.next})[:-1]
+    return json_response(head + b',"memberships":[' + b",".join(found.memberships) + b'],"rooms":{' + rooms + b"}}")
+
+
+@answers
+async def get_recent(request: Request, host: HostApi) -> Response:
+    user = calling_user(request)
+    found = await store(host).timeline.recent(
+        user, rooms=_number(request, "rooms", 20), limit=_number(request, "limit", DEFAULT_TIMELINE)
+    )
+    rooms = b",".join(_timeline_json(r)[:-1] + b',"room_id":' + msgspec.json.encode(r.room_id) + b"}" for r in found)
+    return json_response(b'{"rooms":[' + rooms + b"]}")
+
+
 ROUTES = (
     RouteSpec("/createRoom", create_room, ("POST",), name="events_create_room", access="user"),
     RouteSpec("/rooms/{room_id}/send/{event_type}/{txn_id}", send_event, ("PUT",), name="events_send", access="user"),
@@ -288,4 +324,6 @@ ROUTES = (
     RouteSpec("/rooms/{room_id}/state", get_state, ("GET",), name="events_room_state", access="user"),
     RouteSpec("/rooms/{room_id}/messages", get_messages, ("GET",), name="events_messages", access="user"),
     RouteSpec("/rooms/{room_id}/backfill", get_backfill, ("GET",), name="events_backfill", access="writer"),
+    RouteSpec("/events", get_new_events, ("GET",), name="events_new", access="user"),
+    RouteSpec("/recent", get_recent, ("GET",), name="events_recent", access="user"),
 )

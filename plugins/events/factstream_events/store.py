@@ -34,6 +34,7 @@ from factstream_events.prune import KNOWN_ROOM_VERSIONS, UnknownRoomVersion
 from factstream_events.reads import Reads
 from factstream_events.statemath import State, apply_delta, default_resolve
 from factstream_events.statestore import Group, StateStore
+from factstream_events.timeline import Timeline
 from factstream_events.validate import (
     CREATE,
     HISTORY_VISIBILITY,
@@ -94,6 +95,7 @@ class EventsStore:
         self.states = StateStore()
         self.persister = Persister(host, self.states, self._resolve)
         self.reads = Reads(host, self.states)
+        self.timeline = Timeline(host, self.reads)
         self._contents: dict[str, Mapping[str, Any]] = {}
 
     # -- hooks -------------------------------------------------------------------------------------

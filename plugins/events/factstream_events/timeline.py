@@ -1,0 +1,320 @@
+"""A user's rooms and what is new in them: the per-user reads that feed ``/sync``.
+
+* :meth:`Timeline.new_events` (requirement 4): since a stream token, the user's membership changes in
+  any room (invites, kicks, bans, out-of-band invites included), and the new events of every room they
+  are joined to, or left within the range (up to their leave), newest ``limit`` per room with
+  ``limited`` and a ``prev_batch`` token to page back from. Two stream change caches
+  (:mod:`factstream_events.changes`: rooms by their last event, users by their last membership change)
+  answer "nothing changed" without a query; the rooms that did change are read in one query
+  (``LATERAL``, the newest ``limit + 1`` of each).
+* :meth:`Timeline.recent` (requirement 5): the newest ``limit`` events of each of the user's ``rooms``
+  most recent rooms (joined rooms by the room's last shown event, invites by the invite), in one
+  query: the ranking and a ``LATERAL`` read of each room's newest events by ``(topological, stream)``.
+
+Both filter through :meth:`Reads.for_user` (history visibility, redactions, ``unsigned.membership``).
+Backfilled events have negative stream orderings and are never "new"; an outlier persisted again
+as a normal event is new at its ``ex_outlier_stream`` ID.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from factstream import Caches, HostApi, cached
+from factstream_events.changes import ChangeCache
+from factstream_events.errors import InvalidEvent
+from factstream_events.reads import COLUMNS, Reads, Row, parse_token, row_of
+from factstream_events.rows import EV, STATE, STATE_ALL, STREAM, EventsRow, event_data, state_data
+from factstream_events.validate import MEMBER
+
+#: The cache of each user's joined and invited rooms (invalidated by ``state`` rows of their member key).
+ROOMS_FOR_USER = "events_rooms_for_user"
+MAX_ROOMS = 1_000
+MAX_TIMELINE = 100
+DEFAULT_TIMELINE = 10
+
+_ROOMS_FOR_USER = """
+SELECT c.room_id, c.membership, e.stream_ordering
+FROM current_state_events c JOIN events e ON e.event_id = c.event_id
+WHERE c.type = 'm.room.member' AND c.state_key = %(user)s AND c.membership IN ('join', 'invite')
+"""
+_MEMBERSHIP_CHANGES = f"""
+SELECT {COLUMNS}, j.json FROM room_memberships m
+JOIN events e ON e.event_id = m.event_id JOIN event_json j ON j.event_id = m.event_id
+WHERE m.user_id = %(user)s AND m.stream_ordering > %(since)s AND m.stream_ordering <= %(upto)s
+ORDER BY m.stream_ordering
+"""
+_NEW_IN_ROOMS = f"""
+SELECT {COLUMNS}, j.json FROM unnest(%(rooms)s::text[], %(caps)s::bigint[]) AS r(room_id, cap)
+CROSS JOIN LATERAL (
+    SELECT * FROM events x WHERE x.room_id = r.room_id AND NOT x.outlier
+    AND x.stream_ordering > %(since)s AND x.stream_ordering <= r.cap
+    ORDER BY x.stream_ordering DESC LIMIT %(limit)s
+) e
+JOIN event_json j ON j.event_id = e.event_id
+"""
+_EX_OUTLIERS = f"""
+SELECT x.stream_id, {COLUMNS}, j.json FROM ex_outlier_stream x
+JOIN events e ON e.event_id = x.event_id JOIN event_json j ON j.event_id = x.event_id
+WHERE x.stream_id > %(since)s AND x.stream_id <= %(upto)s AND e.room_id = ANY(%(rooms)s)
+"""
+_RECENT = f"""
+WITH ranked AS (
+    SELECT c.room_id, c.membership, c.event_id AS member_event,
+           CASE WHEN c.membership = 'join' THEN r.last_stream_ordering ELSE m.stream_ordering END AS rank
+    FROM current_state_events c
+    JOIN events m ON m.event_id = c.event_id
+    JOIN rooms r ON r.room_id = c.room_id
+    WHERE c.type = 'm.room.member' AND c.state_key = %(user)s AND c.membership IN ('join', 'invite')
+    ORDER BY rank DESC NULLS LAST, c.room_id LIMIT %(rooms)s
+)
+SELECT ranked.room_id, ranked.membership, ranked.rank, {COLUMNS}, j.json FROM ranked
+CROSS JOIN LATERAL (
+    SELECT * FROM events x
+    WHERE x.room_id = ranked.room_id AND NOT x.outlier AND ranked.membership = 'join'
+    ORDER BY x.topological_ordering DESC, x.stream_ordering DESC LIMIT %(limit)s
+) e
+JOIN event_json j ON j.event_id = e.event_id
+UNION ALL
+SELECT ranked.room_id, ranked.membership, ranked.rank, {COLUMNS}, j.json FROM ranked
+JOIN events e ON e.event_id = ranked.member_event JOIN event_json j ON j.event_id = e.event_id
+WHERE ranked.membership = 'invite'
+"""
+_PREFILL_ROOMS = """
+SELECT room_id, stream_ordering FROM events WHERE stream_ordering > 0
+ORDER BY stream_ordering DESC LIMIT %(n)s
+"""
+_PREFILL_EX_OUTLIERS = """
+SELECT e.room_id, x.stream_id FROM ex_outlier_stream x JOIN events e ON e.event_id = x.event_id
+ORDER BY x.stream_id DESC LIMIT %(n)s
+"""
+_PREFILL_MEMBERS = """
+SELECT user_id, stream_ordering FROM room_memberships WHERE stream_ordering > 0
+ORDER BY stream_ordering DESC LIMIT %(n)s
+"""
+#: Rows read from each table to teach the change caches at start-up.
+PREFILL_ROWS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class MyRoom:
+    """One of a user's current rooms: their membership (``join`` or ``invite``) and its event's stream
+    ordering."""
+
+    room_id: str
+    membership: str
+    member_stream: int
+
+
+@dataclass(frozen=True, slots=True)
+class RoomTimeline:
+    """A room's events for a user, oldest first (each formatted for them).
+
+    ``limited``: there were more in the range than returned; ``prev_batch``: a token to page back
+    (``/messages``, ``dir=b``) from just before the first event returned.
+    """
+
+    room_id: str
+    membership: str
+    events: list[bytes]
+    limited: bool
+    prev_batch: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvents:
+    """What is new for a user since a token: ``next`` is the token to ask from next time."""
+
+    next: str
+    memberships: list[bytes]
+    rooms: list[RoomTimeline]
+
+
+class Timeline:
+    """The per-user reads of one host process (module docstring)."""
+
+    def __init__(self, host: HostApi, reads: Reads) -> None:
+        self.host = host
+        self.reads = reads
+        #: Where ``@cached`` finds its caches.
+        self.caches: Caches = host.caches
+        self._stream = host.stream(STREAM, EventsRow)
+        position = self._stream.current_token()
+        #: Room -> last events stream ID of a new event in it.
+        self.rooms = ChangeCache("events_rooms_changed", position)
+        #: User -> last events stream ID of a membership event about them.
+        self.members = ChangeCache("events_members_changed", position)
+        #: ``new_events`` calls answered from the change caches alone, and those that read the database.
+        self.answered_from_caches = 0
+        self.read_database = 0
+
+    # -- feeding the change caches -------------------------------------------------------------------
+
+    def on_rows(self, token: int, rows: Sequence[EventsRow]) -> None:
+        """Rows of the events stream (replicated or this process's own), in stream order."""
+        for row in rows:
+            if row.kind != EV:
+                continue
+            data = event_data(row)
+            if not data.outlier:
+                self.rooms.changed(data.room_id, token)
+            if data.type == MEMBER and data.state_key is not None:
+                self.members.changed(data.state_key, token)
+
+    async def prefill(self) -> None:
+        """Teach the change caches the latest changes stored before this process started."""
+        db = self.host.database()
+        params = {"n": PREFILL_ROWS}
+        events = [(str(r), int(s)) for r, s in await db.fetchall(_PREFILL_ROOMS, params)]
+        ex = [(str(r), int(s)) for r, s in await db.fetchall(_PREFILL_EX_OUTLIERS, params)]
+        members = [(str(u), int(s)) for u, s in await db.fetchall(_PREFILL_MEMBERS, params)]
+        self.rooms.prefill(events + ex, max(_floor(events), _floor(ex)))
+        self.members.prefill(members, _floor(members))
+
+    # -- the user's rooms ----------------------------------------------------------------------------
+
+    @cached(name=ROOMS_FOR_USER, max_size=50_000)
+    async def rooms_for_user(self, user: str) -> tuple[MyRoom, ...]:
+        """The rooms ``user`` is joined to or invited to now."""
+        rows = await self.host.database().fetchall(_ROOMS_FOR_USER, {"user": user})
+        return tuple(MyRoom(str(r), str(m), int(s)) for r, m, s in rows)
+
+    # -- requirement 4 -------------------------------------------------------------------------------
+
+    async def new_events(self, user: str, since: str | None, *, limit: int = DEFAULT_TIMELINE) -> NewEvents:
+        """What is new for ``user`` after ``since`` (an ``s`` token; None: nothing, just the token
+        to start from)."""
+        if not 1 <= limit <= MAX_TIMELINE:
+            raise InvalidEvent(f"limit: must be from 1 to {MAX_TIMELINE}, not {limit}")
+        upto = self._stream.current_token()
+        token = parse_token("from", since)
+        if token is not None and token.topological is not None:
+            raise InvalidEvent(f"from: give a stream token (s...), not the room token {since}")
+        after = token.stream if token is not None else upto
+        nothing = NewEvents(f"s{upto}", [], [])
+        if after >= upto:
+            return nothing
+        mine = await self.rooms_for_user(user)
+        joined = [r.room_id for r in mine if r.membership == "join"]
+        member_changed = self.members.has_changed_since(user, after)
+        changed = self.rooms.changed_since(joined, after)
+        rooms = set(joined) if changed is None else changed
+        if not member_changed and not rooms:
+            self.answered_from_caches += 1
+            return nothing
+        self.read_database += 1
+        async with self.host.database().autocommit() as conn:
+            changes: list[Row] = []
+            caps = dict.fromkeys(rooms, upto)
+            memberships_now = dict.fromkeys(rooms, "join")
+            if member_changed:
+                cur = await conn.execute(_MEMBERSHIP_CHANGES, {"user": user, "since": after, "upto": upto})
+                changes = [row_of(r) for r in await cur.fetchall()]
+                for change in changes:
+                    if change.outlier:
+                        continue
+                    if change.membership in ("leave", "ban"):
+                        caps[change.room_id] = change.stream  # their timeline ends at their leave
+                        memberships_now[change.room_id] = change.membership
+                    elif change.membership == "join":
+                        caps[change.room_id] = upto
+                        memberships_now[change.room_id] = "join"
+            timelines = await self._new_in_rooms(conn, user, caps, memberships_now, after, upto, limit)
+            memberships = await self.reads.for_user(conn, user, changes)
+        return NewEvents(f"s{upto}", memberships, timelines)
+
+    async def _new_in_rooms(
+        self,
+        conn: AsyncConnection[Any],
+        user: str,
+        caps: dict[str, int],
+        memberships: dict[str, str],
+        after: int,
+        upto: int,
+        limit: int,
+    ) -> list[RoomTimeline]:
+        if not caps:
+            return []
+        names = sorted(caps)
+        cur = await conn.execute(
+            _NEW_IN_ROOMS, {"rooms": names, "caps": [caps[r] for r in names], "since": after, "limit": limit + 1}
+        )
+        by_room: dict[str, list[tuple[int, Row]]] = {}
+        for r in await cur.fetchall():
+            row = row_of(r)
+            by_room.setdefault(row.room_id, []).append((row.stream, row))
+        cur = await conn.execute(_EX_OUTLIERS, {"since": after, "upto": upto, "rooms": names})
+        for r in await cur.fetchall():
+            row = row_of(r[1:])
+            if int(r[0]) <= caps[row.room_id]:
+                by_room.setdefault(row.room_id, []).append((int(r[0]), row))
+        out: list[RoomTimeline] = []
+        for room_id in names:
+            found = by_room.get(room_id)
+            if not found:
+                continue
+            unique = {row.event_id: (position, row) for position, row in found}
+            newest = sorted(unique.values(), key=lambda item: item[0], reverse=True)
+            limited = len(newest) > limit
+            kept = [row for _, row in reversed(newest[:limit])]
+            events = await self.reads.for_user(conn, user, kept, is_peeking={room_id: False})
+            out.append(
+                RoomTimeline(
+                    room_id,
+                    memberships[room_id],
+                    events,
+                    limited,
+                    f"s{newest[min(limit, len(newest)) - 1][0] - 1}",
+                )
+            )
+        return out
+
+    # -- requirement 5 -------------------------------------------------------------------------------
+
+    async def recent(self, user: str, *, rooms: int = 20, limit: int = DEFAULT_TIMELINE) -> list[RoomTimeline]:
+        """The newest ``limit`` events of each of ``user``'s ``rooms`` most recent rooms, most recent
+        room first (joined rooms ranked by their last shown event, invites by the invite)."""
+        if not 1 <= rooms <= MAX_ROOMS:
+            raise InvalidEvent(f"rooms: must be from 1 to {MAX_ROOMS}, not {rooms}")
+        if not 1 <= limit <= MAX_TIMELINE:
+            raise InvalidEvent(f"limit: must be from 1 to {MAX_TIMELINE}, not {limit}")
+        async with self.host.database().autocommit() as conn:
+            cur = await conn.execute(_RECENT, {"user": user, "rooms": rooms, "limit": limit + 1})
+            fetched = await cur.fetchall()
+            order: dict[str, tuple[str, int]] = {}
+            by_room: dict[str, list[Row]] = {}
+            for r in fetched:
+                room_id, membership, rank = str(r[0]), str(r[1]), r[2]
+                order[room_id] = (membership, -1 if rank is None else int(rank))
+                by_room.setdefault(room_id, []).append(row_of(r[3:]))
+            ranked = sorted(order, key=lambda room: (-order[room][1], room))
+            peeking = dict.fromkeys(ranked, False)
+            out: list[RoomTimeline] = []
+            for room_id in ranked:
+                rows = sorted(by_room[room_id], key=lambda row: (row.topological, row.stream), reverse=True)
+                limited = len(rows) > limit
+                kept = rows[:limit][::-1]
+                events = await self.reads.for_user(conn, user, kept, is_peeking=peeking)
+                first = kept[0] if kept else None
+                prev = f"t{first.topological}-{first.stream - 1}" if first is not None and limited else None
+                out.append(RoomTimeline(room_id, order[room_id][0], events, limited, prev))
+            return out
+
+
+def _floor(changes: Sequence[tuple[str, int]]) -> int:
+    """Below which ID a prefill query's rows may be incomplete: 0 if it read every row there is."""
+    return min(s for _, s in changes) if len(changes) == PREFILL_ROWS else 0
+
+
+def rooms_for_user_keys(row: EventsRow) -> Iterable[tuple[str]] | None:
+    """The keys of :data:`ROOMS_FOR_USER` a row of the events stream invalidates (None: all)."""
+    if row.kind == STATE:
+        data = state_data(row)
+        return [(data.state_key,)] if data.type == MEMBER else []
+    if row.kind == STATE_ALL:
+        return None
+    return []
