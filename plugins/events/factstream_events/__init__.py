@@ -29,7 +29,7 @@ from factstream import (
     StreamSpec,
     cached_specs,
 )
-from factstream_events import hookspecs
+from factstream_events import censor, hookspecs
 from factstream_events.policy import RoomFacts, check
 from factstream_events.routes import ROUTES
 from factstream_events.rows import (
@@ -89,9 +89,11 @@ def register_invalidations(register: Callable[[InvalidationSpec], None]) -> None
 
 @factstream.hookimpl
 async def startup(host: HostApi) -> None:
-    """Make this process's events store (its change caches start at the stream's position now) and
-    teach the change caches the latest changes from the database."""
+    """Make this process's events store (its change caches start at the stream's position now),
+    teach the change caches the latest changes from the database, and start the censor job where
+    it runs (``factstream_events.censor``)."""
     await host.state(EventsStore).timeline.prefill()
+    censor.start(host)
 
 
 @factstream.hookimpl
