@@ -25,6 +25,7 @@ from factstream.plugin.specs import (
 from factstream.plugin.streams import StreamSpec, StreamTable, SyncRequest, Wake
 from factstream.plugin.web import (
     HttpError,
+    caller_can_write,
     calling_user,
     json_object_text,
     raw_json_response,
@@ -61,6 +62,7 @@ __all__ = [
     "Wake",
     "cached",
     "cached_specs",
+    "caller_can_write",
     "calling_user",
     "create_stream_sequence",
     "drop_stream_sequence",

@@ -297,12 +297,6 @@ async def test_local_content_canonical_json_cannot_hold_is_a_400_naming_it(main,
     assert not [e for e in r.json()["chunk"] if e["type"] == "m.room.message"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a remote event whose reference hash covers a float (power levels' users) and whose ID is not"
-    " given: persist_remote lets CanonicalJsonError escape (store.py catches only EventIdError and"
-    " UnknownRoomVersion around _remote_event_id), a 500 over HTTP instead of a 400 naming the field",
-)
 async def test_remote_event_whose_id_needs_a_float_hashed_is_a_400_naming_it(main, client):
     server = client("server")
     room = RemoteRoom("!float-levels:elsewhere")

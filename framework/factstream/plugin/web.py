@@ -11,6 +11,8 @@ What nearly every route needs is here, answering in the API's one error shape
 * :func:`json_object_text`: the body as text if it is one JSON object, kept byte for byte (key order,
   duplicate keys, the digits of numbers); 400 ``M_NOT_JSON`` or ``M_BAD_JSON`` otherwise;
 * :func:`calling_user`: the authenticated user of the request; 401 ``M_MISSING_TOKEN`` without one;
+* :func:`caller_can_write`: whether the request's token may call ``writer`` routes (a server's token),
+  for a ``user`` route that shows such a caller more;
 * :func:`require_writer`: 421 ``M_MISDIRECTED`` naming the writers, on an instance that does not
   write the stream;
 * :func:`raw_json_response`: stored JSON text sent back unchanged.
@@ -144,6 +146,11 @@ def calling_user(request: Request) -> str:
 
 
 _BEARER = {"WWW-Authenticate": "Bearer"}
+
+
+def caller_can_write(request: Request) -> bool:
+    """Whether the request's token may call ``writer`` routes (``http.tokens.<token>.write``)."""
+    return bool(getattr(getattr(request.state, "principal", None), "can_write", False))
 
 
 def require_writer(host: HostApi, stream: str | StreamWriter[Any]) -> None:

@@ -23,7 +23,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from factstream import HostApi, HttpError, RouteSpec, calling_user, read_body, require_writer
+from factstream import HostApi, HttpError, RouteSpec, caller_can_write, calling_user, read_body, require_writer
 from factstream_events.canonical import EventJsonError, parse_event_json
 from factstream_events.errors import EventsError
 from factstream_events.reads import DEFAULT_PAGE, Reads
@@ -201,17 +201,12 @@ async def remote_events(request: Request, host: HostApi) -> dict[str, Any]:
     return {"stored": outcome.stored, "already_stored": outcome.duplicates}
 
 
-def _is_server(request: Request) -> bool:
-    principal = getattr(request.state, "principal", None)
-    return bool(getattr(principal, "can_write", False))
-
-
 @answers
 async def get_event(request: Request, host: HostApi) -> Response:
     room_id, event_id = _param(request, "room_id"), _param(request, "event_id")
     user = calling_user(request)
     raw = request.query_params.get("raw") in {"1", "true"}
-    if raw and not _is_server(request):
+    if raw and not caller_can_write(request):
         raise HttpError(403, "M_FORBIDDEN", "raw=true needs a writer token")
     return json_response(await reads(host).event(None if raw else user, event_id, room_id))
 

@@ -402,7 +402,7 @@ class EventsStore:
                 )
             try:
                 computed = _remote_event_id(event, this_version, item.event_id)
-            except (EventIdError, UnknownRoomVersion) as exc:
+            except (EventIdError, UnknownRoomVersion, CanonicalJsonError) as exc:
                 raise InvalidEvent(f"{where}.event_id: {exc}") from None
             if version is None:
                 version = this_version
