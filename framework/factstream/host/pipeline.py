@@ -26,27 +26,32 @@ position when the transaction committed):
   see them so. Long polls wake from the rows in memory; nothing is read back from the database.
 
 Fast paths are stages of the same pipeline: :meth:`ReaderPipeline.run` delivers a run of tokens with
-one row each (the common replicated batch) with one cache pass and one plugin frame; each stream's
-plan (which stages apply to it) is computed once, so a stream nobody reacts to costs a lookup.
+one row each (the common replicated batch) with one cache pass and one plugin frame (:class:`RunStage`:
+every ``on_rows`` implementation called directly, token after token, making exactly the calls
+:meth:`RowsHook.deliver <factstream.plugin.rows.RowsHook.deliver>` would make); each stream's plan
+(which stages apply to it) is computed once, so a stream nobody reacts to costs a lookup.
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+import inspect
 import itertools
 import logging
 import operator
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from factstream.caches.registry import CacheRegistry
-from factstream.plugin.rows import RowsHook
+from factstream.plugin.rows import Impl, RowsHook
 from factstream.replication.stream import ReplicatedStream
 from factstream.sync.wakeups import SyncedStream, WakeRouter
 
 log = logging.getLogger(__name__)
+#: A failing ``on_rows`` implementation is logged where the plugin stage logs it (factstream.plugin.rows).
+hook_log = logging.getLogger("factstream.plugin.manager")
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class ReaderPipeline:
         self.caches = caches
         self.hook = hook
         self.router = router
+        self.run_stage = RunStage.of(hook)
         self._invalidated = caches.applier.streams()
         self._plans: dict[str, _Plan] = {}
 
@@ -95,7 +101,7 @@ class ReaderPipeline:
         plan = self._plans.get(name) or self.plan(name)
         if plan.invalidate:
             self.caches.apply_rows(name, rows)
-        waiting = self.hook.run(name, instance, tokens, rows, False) if plan.hook else None
+        waiting = self.run_stage.run(name, instance, tokens, rows, False) if plan.hook else None
         if plan.synced is not None:
             self.router.remember(name, rows)  # type: ignore[union-attr]
         return waiting
@@ -104,6 +110,115 @@ class ReaderPipeline:
         """Stage 4, after the reader advanced ``stream``: wake the long polls the rows concern."""
         if self.router is not None:
             self.router.on_position(stream, instance, token)
+
+
+class RunStage:
+    """Stage 2 for a run of tokens with one row each: every ``on_rows`` implementation, in hook order,
+    for each ``(token, [row])`` in token order, in one frame.
+
+    The same calls, arguments and order as :meth:`RowsHook.deliver` token by token, with the same
+    logging of a failing implementation; only the per-call machinery is gone (this runs for every
+    replicated row: two more Python frames per row and implementation cost a reader about 0.05 µs
+    each, a tenth of its CPU per row with two plugins). Built by :meth:`of` when every
+    implementation takes the spec's arguments positionally (the usual case); otherwise the pipeline
+    runs :meth:`RowsHook.run`.
+    """
+
+    def __init__(self, hook: RowsHook) -> None:
+        self.hook = hook
+        self.host = hook.host
+        impls = list(hook.impls)
+        #: ``(plugin, function, arity, the implementations after it)``, in hook order.
+        self.steps = [(*impl, impls[index + 1 :]) for index, impl in enumerate(impls)]
+
+    @staticmethod
+    def of(hook: RowsHook) -> RunStage | RowsHook:
+        """The stage for ``hook``'s implementations, or ``hook`` itself if one takes keywords."""
+        if all(arity in (5, 6) for _, _, arity in hook.impls):
+            return RunStage(hook)
+        return hook
+
+    def run(
+        self, stream: str, instance: str, tokens: list[int], rows: list[Any], local: bool
+    ) -> Awaitable[None] | None:
+        """``deliver`` for each ``(token, [row])``; once an implementation returns an awaitable, an
+        awaitable that awaits it and delivers the rest of the run."""
+        # The call of one implementation is written out in each loop (and in _rest) on purpose: a
+        # helper function would be the frame per row and implementation this stage exists to save.
+        host = self.host
+        steps = self.steps
+        pairs = zip(tokens, rows, strict=True)
+        if len(steps) == 1:  # one plugin (the usual case): no loop over the implementations
+            plugin, function, arity, later = steps[0]
+            for token, row in pairs:
+                try:
+                    if arity == 6:
+                        result = function(host, stream, instance, token, [row], local)
+                    else:
+                        result = function(host, stream, instance, token, [row])
+                except Exception as exc:
+                    _hook_failed(plugin, exc)
+                    continue
+                if result is not None and inspect.isawaitable(result):
+                    return self._rest(result, plugin, later, stream, instance, token, [row], pairs, local)
+            return None
+        for token, row in pairs:
+            group = [row]
+            for plugin, function, arity, later in steps:
+                try:
+                    if arity == 6:
+                        result = function(host, stream, instance, token, group, local)
+                    else:
+                        result = function(host, stream, instance, token, group)
+                except Exception as exc:
+                    _hook_failed(plugin, exc)
+                    continue
+                if result is not None and inspect.isawaitable(result):
+                    return self._rest(result, plugin, later, stream, instance, token, group, pairs, local)
+        return None
+
+    async def _rest(
+        self,
+        first: Awaitable[Any],
+        plugin: str,
+        later: list[Impl],
+        stream: str,
+        instance: str,
+        token: int,
+        group: list[Any],
+        pairs: Iterator[tuple[int, Any]],
+        local: bool,
+    ) -> None:
+        """The rare path: await ``first``, then the implementations ``later`` for this token, then
+        the rest of the run token by token."""
+        await _awaited(plugin, first)
+        host = self.host
+        for plugin, function, arity in later:
+            try:
+                if arity == 6:
+                    result = function(host, stream, instance, token, group, local)
+                else:
+                    result = function(host, stream, instance, token, group)
+            except Exception as exc:
+                _hook_failed(plugin, exc)
+                continue
+            if result is not None and inspect.isawaitable(result):
+                await _awaited(plugin, result)
+        for token, row in pairs:
+            waiting = self.hook.deliver(stream, instance, token, [row], local)
+            if waiting is not None:
+                await waiting
+
+
+def _hook_failed(plugin: str, exc: Exception) -> None:
+    hook_log.error("plugin %r failed in hook on_rows: %s: %s", plugin, type(exc).__name__, exc)
+
+
+async def _awaited(plugin: str, awaitable: Awaitable[Any]) -> None:
+    try:
+        await awaitable
+    except Exception as exc:
+        _hook_failed(plugin, exc)
 
 
 @dataclass

@@ -95,16 +95,19 @@ def uniform_run(lines: list[bytes], max_line: int) -> RdataRun | None:
     if pattern is None:
         if len(_RUN_PATTERNS) >= 1024:
             _RUN_PATTERNS.clear()
-        pattern = _RUN_PATTERNS[prefix] = re.compile(b"^" + re.escape(prefix) + rb"(batch|\d{1,18}) (.*)$", re.M)
-    data = b"\n".join(lines)
+        pattern = _RUN_PATTERNS[prefix] = re.compile(b"\n" + re.escape(prefix) + rb"(batch|\d{1,18}) ")
+    data = b"\n" + b"\n".join(lines)
     if b"\r" in data or max(map(len, lines)) > max_line:
         return None
-    found = pattern.findall(data)
-    stream, instance = utf8(head[1]), utf8(head[2])
-    if len(found) != len(lines) or stream is None or instance is None:
-        return None
     # Column-wise, in C: a run is hundreds of lines and this runs for every chunk a busy link reads.
-    words, texts = zip(*found, strict=True)  # every match is a (token, row) pair
+    # Every line end before a line starts a match, so the split is ``[b"", token, row, token, row,
+    # ...]`` exactly when every line is ``<prefix><token> <row>``: one match per line, none elsewhere
+    # (a match starts at a line end, and the lines hold none).
+    parts = pattern.split(data)
+    stream, instance = utf8(head[1]), utf8(head[2])
+    if len(parts) != 2 * len(lines) + 1 or stream is None or instance is None:
+        return None
+    words, texts = parts[1::2], parts[2::2]
     array = json_array(texts, None)  # the lines' lengths are checked above
     if array is None:
         return None
