@@ -10,14 +10,20 @@ parser would silently accept or mangle (duplicate keys, ``NaN``, NUL characters,
 field at fault. It does not enforce canonical JSON's number rules: events in old room versions may carry
 floats or large integers and must still be stored as received.
 
-Pure and dependency-free (standard library only).
+Pure functions. The common case takes a quick path: a type-only pass over the value, then msgspec's
+encoder (the same bytes as ``json.dumps`` with sorted keys and no ASCII escaping, for every code point),
+and parsing skips the walk over every string when the text holds nothing it could refuse; anything
+unusual takes the full checks, which name the path at fault.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
+
+import msgspec
 
 __all__ = [
     "MAX_CANONICAL_INT",
@@ -83,12 +89,55 @@ def canonical_json(value: object) -> bytes:
     integers out of range, other types, non-string keys, strings that are not valid Unicode) raises
     :class:`CanonicalJsonError` naming the path of the offending value, e.g. ``content.n``.
     """
+    if _plainly_canonical(value):
+        try:  # the one check left, unpaired surrogates, is the encoder's own
+            return _fast_encode(value)
+        except (UnicodeEncodeError, RecursionError):
+            pass  # the walk below names the path
     try:
         _check_canonical(value, "")
     except RecursionError:
         raise CanonicalJsonError("the value is nested too deeply to encode") from None
-    text = json.dumps(value, ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"))
-    return text.encode("utf-8")
+    return _dumps(value).encode("utf-8")
+
+
+#: The same bytes as :func:`_dumps` for values :func:`_plainly_canonical` accepts (every code point is
+#: escaped alike, keys sort by code point), ten times faster.
+_fast_encode = msgspec.json.Encoder(order="sorted").encode
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"))
+
+
+def _plainly_canonical(value: object) -> bool:
+    """Whether ``value`` holds only what canonical JSON allows, strings not looked into (a quick pass
+    without paths: :func:`_check_canonical` finds and names what is wrong when this says no)."""
+    stack: list[Any] = [value]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is dict:
+            for key, child in item.items():
+                if type(key) is not str:
+                    return False
+                child_kind = type(child)
+                if child_kind is str or child is None or child_kind is bool:
+                    continue
+                if child_kind is int:
+                    if not MIN_CANONICAL_INT <= child <= MAX_CANONICAL_INT:
+                        return False
+                    continue
+                push(child)
+        elif kind is list or kind is tuple:
+            extend(item)
+        elif kind is int:
+            if not MIN_CANONICAL_INT <= item <= MAX_CANONICAL_INT:
+                return False
+        elif not (kind is str or item is None or kind is bool):
+            return False
+    return True
 
 
 def _check_canonical(value: object, path: str) -> None:
@@ -155,16 +204,24 @@ class _NonFiniteConstant:
         self.name = name
 
 
-def _build_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook``: a plain dict, or one marked with its first repeated key."""
+#: An escaped NUL or UTF-16 surrogate (``\\u0000``, ``\\ud800``-``\\udfff``): text the walk must look at.
+_SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
+
+
+def _build_object(pairs: list[tuple[str, Any]], odd: list[str]) -> dict[str, Any]:
+    """``object_pairs_hook``: a plain dict, or one marked with its first repeated key (noted in ``odd``)."""
+    value = dict(pairs)
+    if len(value) == len(pairs):
+        return value
     seen: set[str] = set()
     for key, _ in pairs:
         if key in seen:
             marked = _DuplicateKeyObject(pairs)
             marked.duplicate = key
+            odd.append(key)
             return marked
         seen.add(key)
-    return dict(pairs)
+    raise AssertionError("unreachable: a shorter dict has a repeated key")
 
 
 def parse_event_json(data: bytes | str) -> dict[str, Any]:
@@ -177,13 +234,18 @@ def parse_event_json(data: bytes | str) -> dict[str, Any]:
     object. Floats and integers of any size are accepted: only :func:`canonical_json` refuses them.
     """
     text = _decode(data)
-    value = _load(text)
+    odd: list[str] = []
+    value = _load(text, odd)
     if not isinstance(value, dict):
         raise EventJsonError(f"an event must be a JSON object, not {_json_kind(value)}")
-    try:
-        _check_parsed(value, "")
-    except RecursionError:
-        raise EventJsonError("not valid JSON: nested too deeply") from None
+    if odd or isinstance(data, str) or ("\\u" in text and _SUSPECT_ESCAPE.search(text)):
+        # A duplicate key, NaN or Infinity, an escaped NUL or surrogate, or text that was never UTF-8:
+        # the walk finds it and names its path. Decoded UTF-8 holds no raw surrogate, and a raw NUL
+        # fails the strict parse.
+        try:
+            _check_parsed(value, "")
+        except RecursionError:
+            raise EventJsonError("not valid JSON: nested too deeply") from None
     return value
 
 
@@ -198,12 +260,12 @@ def _decode(data: bytes | str) -> str:
         raise EventJsonError(f"not valid UTF-8: {exc.reason} at byte offset {exc.start}") from None
 
 
-def _load(text: str) -> Any:
+def _load(text: str, odd: list[str]) -> Any:
     try:
-        return _loads(text, strict=True)
+        return _loads(text, odd, strict=True)
     except json.JSONDecodeError as exc:
         if "\x00" in text:
-            return _load_with_raw_nul(text, exc)
+            return _load_with_raw_nul(text, exc, odd)
         raise EventJsonError(f"not valid JSON: {exc}") from None
     except RecursionError:
         raise EventJsonError("not valid JSON: nested too deeply") from None
@@ -211,17 +273,26 @@ def _load(text: str) -> Any:
         raise EventJsonError(f"not valid JSON: {exc}") from None
 
 
-def _loads(text: str, *, strict: bool) -> Any:
-    return json.loads(text, strict=strict, object_pairs_hook=_build_object, parse_constant=_NonFiniteConstant)
+def _loads(text: str, odd: list[str], *, strict: bool) -> Any:
+    """``json.loads`` marking duplicate keys and non-finite constants (each also noted in ``odd``)."""
+
+    def constant(name: str) -> _NonFiniteConstant:
+        odd.append(name)
+        return _NonFiniteConstant(name)
+
+    return json.loads(
+        text, strict=strict, object_pairs_hook=lambda pairs: _build_object(pairs, odd), parse_constant=constant
+    )
 
 
-def _load_with_raw_nul(text: str, strict_error: json.JSONDecodeError) -> Any:
+def _load_with_raw_nul(text: str, strict_error: json.JSONDecodeError, odd: list[str]) -> Any:
     """Parse text holding a raw NUL leniently, so that the walk after parsing can name the field it is in.
 
     Only used to locate the NUL: :func:`_check_parsed` refuses the result whatever else it holds.
     """
+    odd.append("\x00")
     try:
-        return _loads(text, strict=False)
+        return _loads(text, odd, strict=False)
     except (ValueError, RecursionError):
         position = text.index("\x00")
         raise EventJsonError(f"not valid JSON: {strict_error} (a NUL byte is at character {position})") from None

@@ -20,7 +20,7 @@ import hashlib
 from typing import Any
 
 from factstream_events.canonical import canonical_json
-from factstream_events.prune import check_room_version, prune_event
+from factstream_events.prune import _kept_top_level_keys, _pruned_content, _rules, check_room_version
 
 __all__ = [
     "EventIdError",
@@ -69,12 +69,24 @@ def reference_hash(event: dict[str, Any], room_version: str) -> bytes:
     what is hashed (the version 3+ event format has no such key; gomatrixserverlib drops it the same way).
     In versions 1 and 2 it stays, as the spec's algorithm keeps it.
     """
-    pruned = prune_event(event, room_version)
+    pruned = _pruned_view(event, room_version)
     pruned.pop("signatures", None)
     pruned.pop("unsigned", None)
     if room_version not in _EMBEDDED_ID_VERSIONS:
         pruned.pop("event_id", None)
     return hashlib.sha256(canonical_json(pruned)).digest()
+
+
+def _pruned_view(event: dict[str, Any], room_version: str) -> dict[str, Any]:
+    """:func:`~factstream_events.prune.prune_event` for hashing only: the kept top-level values are shared
+    with ``event``, not copied (the result is encoded and dropped, never changed)."""
+    rules = _rules(room_version)
+    kept = _kept_top_level_keys(rules)
+    return {
+        key: _pruned_content(event.get("type"), value, rules) if key == "content" else value
+        for key, value in event.items()
+        if key in kept  # "content" among them
+    }
 
 
 def event_id_for(event: dict[str, Any], room_version: str) -> str:

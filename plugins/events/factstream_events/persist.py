@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from psycopg import AsyncConnection
 
 from factstream import HostApi, Transaction
@@ -52,9 +53,11 @@ from factstream_events.rows import (
     state_row,
 )
 from factstream_events.statemath import State, diff
-from factstream_events.statestore import Group, StateStore
+from factstream_events.statestore import Group, StatePlan, StateStore
 from factstream_events.validate import CREATE, HISTORY_VISIBILITY, MEMBER, NEVER_SHOWN, REDACTION, EventFields
 from factstream_events.visibility import HistoryVisibility, parse_history_visibility, stored_visibility
+
+_encode_json = msgspec.json.Encoder().encode
 
 #: ``async (room_id, room_version, states in order of preference) -> the state``.
 Resolver = Callable[[str, str, Sequence[State]], Awaitable[State]]
@@ -117,39 +120,50 @@ WHERE f.room_id = %(room_id)s
 """
 _HELD = """
 SELECT e.event_id, e.room_id, e.outlier, e.topological_ordering, e.stream_ordering, e.state_group, e.membership,
-       CASE WHEN e.event_id = ANY(%(batch)s) THEN j.json END
+       CASE WHEN e.event_id = ANY(%(batch)b::text[]) THEN j.json END
 FROM events e JOIN event_json j ON j.event_id = e.event_id
-WHERE e.event_id = ANY(%(ids)s)
+WHERE e.event_id = ANY(%(ids)b::text[])
 """
-_MEMBERSHIPS = "SELECT event_id, membership FROM events WHERE event_id = ANY(%(ids)s)"
-_HV_JSON = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)s)"
-_CHILDREN = "SELECT DISTINCT prev_event_id FROM event_edges WHERE prev_event_id = ANY(%(ids)s)"
+_MEMBERSHIPS = "SELECT event_id, membership FROM events WHERE event_id = ANY(%(ids)b::text[])"
+_HV_JSON = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)b::text[])"
+_CHILDREN = "SELECT DISTINCT prev_event_id FROM event_edges WHERE prev_event_id = ANY(%(ids)b::text[])"
 _EARLIER_REDACTIONS = """
 SELECT redacts, event_id FROM redactions
-WHERE redacts = ANY(%(ids)s) AND room_id = %(room_id)s ORDER BY received_ts, event_id
+WHERE redacts = ANY(%(ids)b::text[]) AND room_id = %(room_id)s ORDER BY received_ts, event_id
 """
-_INSERT_EVENT = """
+# A batch's rows go in one statement per table, as one JSON array of row objects (``%(rows)s``): one
+# parameter to send, whatever the number of rows and columns.
+_INSERT_EVENTS = """
 INSERT INTO events (event_id, room_id, stream_ordering, instance_name, topological_ordering, type, state_key,
     sender, origin_server_ts, received_ts, outlier, backfilled, state_group, visibility, membership,
     prev_membership, redacts, relates_to, redacted_by)
-VALUES (%(event_id)s, %(room_id)s, %(stream)s, %(instance)s, %(depth)s, %(type)s, %(state_key)s, %(sender)s,
-    %(ts)s, %(received)s, %(outlier)s, %(backfilled)s, %(state_group)s, %(visibility)s, %(membership)s,
-    %(prev_membership)s, %(redacts)s, %(relates_to)s, %(redacted_by)s)
+SELECT e.event_id, %(room_id)s, e.stream, %(instance)s, e.depth, e.type, e.state_key, e.sender, e.ts, %(received)s,
+    e.outlier, %(backfilled)s, e.state_group, e.visibility, e.membership, e.prev_membership, e.redacts, e.relates_to,
+    e.redacted_by
+FROM json_to_recordset(%(rows)s::json) AS e(event_id text, stream bigint, depth bigint, type text, state_key text,
+    sender text, ts bigint, outlier boolean, state_group bigint, visibility text, membership text,
+    prev_membership text, redacts text, relates_to text, redacted_by text)
 """
 _DEOUTLIER = """
 UPDATE events SET outlier = FALSE, state_group = %(state_group)s, visibility = %(visibility)s,
     prev_membership = %(prev_membership)s, redacted_by = COALESCE(redacted_by, %(redacted_by)s)
 WHERE event_id = %(event_id)s
 """
-_INSERT_JSON = "INSERT INTO event_json (event_id, room_id, json) VALUES (%(event_id)s, %(room_id)s, %(json)s)"
-_INSERT_EDGE = """
-INSERT INTO event_edges (event_id, prev_event_id, room_id) VALUES (%(event_id)s, %(prev)s, %(room_id)s)
+_INSERT_JSON = """
+INSERT INTO event_json (event_id, room_id, json)
+SELECT j.event_id, %(room_id)s, j.json FROM unnest(%(event_id)b::text[], %(json)b::bytea[]) AS j(event_id, json)
+"""
+_INSERT_EDGES = """
+INSERT INTO event_edges (event_id, prev_event_id, room_id)
+SELECT g.e, g.p, %(room_id)s FROM json_to_recordset(%(rows)s::json) AS g(e text, p text)
 ON CONFLICT DO NOTHING
 """
-_INSERT_MEMBERSHIP = """
+_INSERT_MEMBERSHIPS = """
 INSERT INTO room_memberships (event_id, user_id, sender, room_id, membership, stream_ordering,
     topological_ordering, outlier)
-VALUES (%(event_id)s, %(state_key)s, %(sender)s, %(room_id)s, %(membership)s, %(stream)s, %(depth)s, %(outlier)s)
+SELECT m.event_id, m.state_key, m.sender, %(room_id)s, m.membership, m.stream, m.depth, m.outlier
+FROM json_to_recordset(%(rows)s::json)
+    AS m(event_id text, state_key text, sender text, membership text, stream bigint, depth bigint, outlier boolean)
 ON CONFLICT (event_id) DO UPDATE SET outlier = EXCLUDED.outlier
 """
 _INSERT_REDACTION = """
@@ -164,14 +178,20 @@ _INSERT_EX_OUTLIER = (
     "INSERT INTO ex_outlier_stream (stream_id, instance_name, event_id) VALUES (%(stream)s, %(instance)s, %(event_id)s)"
 )
 _DROP_FORWARD = "DELETE FROM event_forward_extremities WHERE room_id = %(room_id)s"
-_ADD_FORWARD = "INSERT INTO event_forward_extremities (room_id, event_id) VALUES (%(room_id)s, %(event_id)s)"
-_DROP_BACKWARD = "DELETE FROM event_backward_extremities WHERE room_id = %(room_id)s AND event_id = ANY(%(ids)s)"
+_ADD_FORWARD = """
+INSERT INTO event_forward_extremities (room_id, event_id) SELECT %(room_id)s, unnest(%(ids)b::text[])
+"""
+_DROP_BACKWARD = """
+DELETE FROM event_backward_extremities WHERE room_id = %(room_id)s AND event_id = ANY(%(ids)b::text[])
+"""
 _ADD_BACKWARD = """
-INSERT INTO event_backward_extremities (room_id, event_id) VALUES (%(room_id)s, %(event_id)s) ON CONFLICT DO NOTHING
+INSERT INTO event_backward_extremities (room_id, event_id) SELECT %(room_id)s, unnest(%(ids)b::text[])
+ON CONFLICT DO NOTHING
 """
 _SET_STATE = """
 INSERT INTO current_state_events (room_id, type, state_key, event_id, membership)
-VALUES (%(room_id)s, %(type)s, %(state_key)s, %(event_id)s, %(membership)s)
+SELECT %(room_id)s, s.type, s.state_key, s.event_id, s.membership
+FROM json_to_recordset(%(rows)s::json) AS s(type text, state_key text, event_id text, membership text)
 ON CONFLICT (room_id, type, state_key) DO UPDATE SET event_id = EXCLUDED.event_id, membership = EXCLUDED.membership
 """
 _DROP_STATE = """
@@ -179,15 +199,24 @@ DELETE FROM current_state_events WHERE room_id = %(room_id)s AND type = %(type)s
 """
 _STATE_DELTA = """
 INSERT INTO current_state_delta_stream (stream_id, instance_name, room_id, type, state_key, event_id, prev_event_id)
-VALUES (%(stream)s, %(instance)s, %(room_id)s, %(type)s, %(state_key)s, %(event_id)s, %(prev_event_id)s)
+SELECT %(stream)s, %(instance)s, %(room_id)s, d.t, d.k, d.e, d.p
+FROM json_to_recordset(%(rows)s::json) AS d(t text, k text, e text, p text)
 """
 _UPDATE_ROOM = """
 UPDATE rooms SET writes = writes + 1, current_state_group = %(current)s,
     last_stream_ordering = COALESCE(%(last_stream)s, last_stream_ordering),
     last_event_id = COALESCE(%(last_event)s, last_event_id)
 WHERE room_id = %(room_id)s
-RETURNING writes
 """
+
+
+class _Replan(Exception):
+    """A batch's planned state group equals one already stored: persist the batch again, unplanned."""
+
+
+def _rows(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``rows`` as the JSON text ``json_to_recordset`` reads (keys it is not asked for are ignored)."""
+    return _encode_json(rows).decode()
 
 
 def now_ms() -> int:
@@ -296,12 +325,24 @@ class Persister:
         for e in batch:
             if e.fields.room_id != room_id:
                 raise InvalidEvent(f"event {e.event_id}: room_id is {e.fields.room_id}, not {room_id}")
-        async with self._room_transaction(room_id) as txn:
-            room = await self._lock_room(txn.conn, room_id)
-            outcome = await self._persist(txn, room_id, room, batch, backfill, local, room_version)
-            if before_commit is not None:
-                await before_commit(txn, outcome)
-        return outcome
+
+        async def attempt(plan: StatePlan | None) -> Persisted:
+            async with self._room_transaction(room_id) as txn:
+                room = await self._lock_room(txn.conn, room_id)
+                outcome = await self._persist(txn, room_id, room, batch, backfill, local, room_version, plan)
+                if before_commit is not None:
+                    await before_commit(txn, outcome)
+            return outcome
+
+        return await self._planned(room_id, attempt)
+
+    async def _planned(self, room_id: str, attempt: Callable[[StatePlan | None], Awaitable[Persisted]]) -> Persisted:
+        """``attempt`` with its state groups planned (written in one statement); if one of them was
+        already stored, the transaction is rolled back and the batch persisted again group by group."""
+        try:
+            return await attempt(StatePlan(room_id))
+        except _Replan:
+            return await attempt(None)
 
     @contextlib.asynccontextmanager
     async def _room_transaction(self, room_id: str) -> AsyncIterator[Transaction]:
@@ -316,7 +357,8 @@ class Persister:
 
     async def _lock_room(self, conn: AsyncConnection[Any], room_id: str) -> tuple[Any, ...] | None:
         """The room's row, locked until the transaction ends (None: not held)."""
-        cur = await conn.execute(_LOCK_ROOM, {"room_id": room_id})
+        async with conn.pipeline():  # with the transaction's BEGIN: one round trip
+            cur = await conn.execute(_LOCK_ROOM, {"room_id": room_id})
         return await cur.fetchone()
 
     async def persist_local(
@@ -332,24 +374,28 @@ class Persister:
         ``build`` picks prev_events and depth from what it is given, so no other write of the room
         can come in between. ``new_room_version``: the room is new (``build`` makes its create event).
         """
-        async with self._room_transaction(room_id) as txn:
-            conn = txn.conn
-            room = await self._lock_room(conn, room_id)
-            view: RoomView | None = None
-            current: Group | None = None
-            if room is not None:
-                view = await self._view(conn, room_id, str(room[0]), int(room[1]), room[2])
-                if view.current is not None:
-                    current = await self.states.load(conn, room_id, int(view.current))
-            elif new_room_version is None:
-                raise UnknownRoom(f"room {room_id} is not known here")
-            batch = await build(conn, view, current)
-            outcome = await self._persist(
-                txn, room_id, room, batch, False, True, new_room_version if room is None else None
-            )
-            if before_commit is not None:
-                await before_commit(txn, outcome)
-        return outcome
+
+        async def attempt(plan: StatePlan | None) -> Persisted:
+            async with self._room_transaction(room_id) as txn:
+                conn = txn.conn
+                room = await self._lock_room(conn, room_id)
+                view: RoomView | None = None
+                current: Group | None = None
+                if room is not None:
+                    view = await self._view(conn, room_id, str(room[0]), int(room[1]), room[2])
+                    if view.current is not None:
+                        current = await self.states.load(conn, room_id, int(view.current))
+                elif new_room_version is None:
+                    raise UnknownRoom(f"room {room_id} is not known here")
+                batch = await build(conn, view, current)
+                outcome = await self._persist(
+                    txn, room_id, room, batch, False, True, new_room_version if room is None else None, plan
+                )
+                if before_commit is not None:
+                    await before_commit(txn, outcome)
+            return outcome
+
+        return await self._planned(room_id, attempt)
 
     async def _persist(
         self,
@@ -360,8 +406,12 @@ class Persister:
         backfill: bool,
         local: bool,
         room_version: str | None,
+        plan: StatePlan | None,
     ) -> Persisted:
-        """The batch's work inside ``txn``; ``room`` is the room's row, already locked (None: not held)."""
+        """The batch's work inside ``txn``; ``room`` is the room's row, already locked (None: not held).
+
+        ``plan``: the batch's new state groups are written together (see ``statestore``); :class:`_Replan`
+        when one of them was already stored."""
         conn = txn.conn
         if room is None:
             create = next((e for e in batch if e.fields.type == CREATE and e.fields.state_key == ""), None)
@@ -388,14 +438,20 @@ class Persister:
             held[eid] = _Held(False, depth, stream, group, None)
         batch_set = set(batch_ids)
         lookup = [i for i in wanted if i not in held or i in batch_set]
-        if lookup:
-            cur = await conn.execute(_HELD, {"ids": lookup, "batch": batch_ids})
-            for eid, other_room, outlier, depth, stream, group, membership, raw in await cur.fetchall():
-                if eid in batch_set and other_room != room_id:
-                    raise EventConflict(f"event {eid} is already stored in another room, {other_room}")
-                held[str(eid)] = _Held(
-                    bool(outlier), int(depth), int(stream), group, membership, bytes(raw) if raw is not None else None
-                )
+        # One round trip: what is held, earlier redactions of the batch's events, and which of them
+        # already have children (a remote batch's forward extremities).
+        async with conn.pipeline():
+            held_cur = await conn.execute(_HELD, {"ids": lookup, "batch": batch_ids})
+            redactions_cur = await conn.execute(_EARLIER_REDACTIONS, {"ids": batch_ids, "room_id": room_id})
+            children_cur = None if local or backfill else await conn.execute(_CHILDREN, {"ids": batch_ids})
+        has_children = {str(r[0]) for r in await children_cur.fetchall()} if children_cur is not None else set()
+        earlier_redactions = await redactions_cur.fetchall()
+        for eid, other_room, outlier, depth, stream, group, membership, raw in await held_cur.fetchall():
+            if eid in batch_set and other_room != room_id:
+                raise EventConflict(f"event {eid} is already stored in another room, {other_room}")
+            held[str(eid)] = _Held(
+                bool(outlier), int(depth), int(stream), group, membership, bytes(raw) if raw is not None else None
+            )
 
         todo: list[NewEvent] = []
         duplicates: list[str] = []
@@ -459,21 +515,22 @@ class Persister:
                 prev_groups.append((-h.depth, -h.stream, int(h.state_group)))
             prev_groups.sort()
             group_ids = list(dict.fromkeys(g for _, _, g in prev_groups))
-            groups = await self.states.load_many(conn, room_id, group_ids)
             before: Group | None
             if not group_ids:
                 before = None
-            elif len(group_ids) == 1:
-                before = groups[group_ids[0]]
+            elif len(group_ids) == 1:  # a linear history: most often the group just stored
+                before = self.states.cached(group_ids[0]) or await self.states.load(conn, room_id, group_ids[0])
             else:
-                ordered_states = [groups[g].state for g in group_ids]
-                resolved = await self.resolver(room_id, rooms_version, ordered_states)
-                before = await self.states.store_state(conn, room_id, groups[group_ids[0]], resolved)
+                groups = await self.states.load_many(conn, room_id, group_ids)
+                inputs = [groups[g] for g in group_ids]
+                resolved = await self.resolver(room_id, rooms_version, [g.state for g in inputs])
+                before = await self.states.store_state(conn, room_id, inputs[0], resolved, plan, inputs)
             after = before
             if f.state_key is not None:
-                after = await self.states.store(conn, room_id, before, {f.type: {f.state_key: e.event_id}})
+                change = {f.type: {f.state_key: e.event_id}}
+                after = await self.states.store(conn, room_id, before, change, plan)
             vis_before = await self._visibility(conn, view, before, in_batch)
-            vis_after = await self._visibility(conn, view, after, in_batch)
+            vis_after = vis_before if after is before else await self._visibility(conn, view, after, in_batch)
             row["visibility"] = stored_visibility(f.type, f.state_key, vis_after, vis_before)
             row["state_group"] = after.id if after is not None else None
             if f.type == MEMBER and before is not None:
@@ -501,9 +558,7 @@ class Persister:
             by_id[eid]["prev_membership"] = memberships.get(prev)
 
         # redactions: earlier ones of these events, then the batch's own
-        fresh = [e.event_id for e in ordered]
-        cur = await conn.execute(_EARLIER_REDACTIONS, {"ids": fresh, "room_id": room_id})
-        for target, redaction in await cur.fetchall():
+        for target, redaction in earlier_redactions:
             redacted = by_id.get(str(target))
             if redacted is not None and redacted["redacted_by"] is None and redacted["type"] != CREATE:
                 redacted["redacted_by"] = redaction
@@ -515,7 +570,7 @@ class Persister:
         # -- forward extremities and current state (their state rows go out with the first new ID) -----
         advance: _Advance | None = None
         if not backfill and any(not e.outlier for e in ordered):
-            advance = await self._advance(conn, view, ordered, rows, held, local, memberships)
+            advance = await self._advance(conn, view, ordered, rows, held, has_children, memberships, plan)
 
         # -- stream IDs, as late as possible --------------------------------------------------------
         instance = self.host.instance_name
@@ -551,33 +606,33 @@ class Persister:
             r["instance"] = instance
             r["received"] = received
 
-        # -- writing --------------------------------------------------------------------------------
-        async with conn.cursor() as c:
+        # -- writing: one round trip -----------------------------------------------------------------
+        current = advance.current if advance is not None else view.current
+        last_stream = None
+        last_event = None
+        shown = [r for r in new_rows + re_rows if not r["outlier"] and not backfill and r["type"] not in NEVER_SHOWN]
+        if shown:
+            top = max(shown, key=lambda r: held_stream(r, held))
+            last_stream, last_event = held_stream(top, held), top["event_id"]
+        ids_of = {"room_id": room_id}
+        async with conn.pipeline(), conn.cursor() as c:
             if new_rows:
-                await c.executemany(_INSERT_EVENT, new_rows)
-                await c.executemany(
-                    _INSERT_JSON,
-                    [
-                        {"event_id": e.event_id, "room_id": room_id, "json": e.raw}
-                        for e in ordered
-                        if e.event_id not in deoutliered
-                    ],
+                params = {"room_id": room_id, "instance": instance, "received": received, "backfilled": backfill}
+                await c.execute(_INSERT_EVENTS, {**params, "rows": _rows(new_rows)})
+                fresh = [e for e in ordered if e.event_id not in deoutliered]
+                await c.execute(
+                    _INSERT_JSON, {**ids_of, "event_id": [e.event_id for e in fresh], "json": [e.raw for e in fresh]}
                 )
             for r in re_rows:
                 await c.execute(_DEOUTLIER, r)
             for r, sid in zip(re_rows, ex_ids, strict=True):
                 await c.execute(_INSERT_EX_OUTLIER, {"stream": sid, "instance": instance, "event_id": r["event_id"]})
-            edges = [
-                {"event_id": e.event_id, "prev": p, "room_id": room_id}
-                for e in ordered
-                if not e.outlier
-                for p in e.fields.prev_events
-            ]
+            edges = [{"e": e.event_id, "p": p} for e in ordered if not e.outlier for p in e.fields.prev_events]
             if edges:
-                await c.executemany(_INSERT_EDGE, edges)
+                await c.execute(_INSERT_EDGES, {**ids_of, "rows": _rows(edges)})
             members = [dict(r, stream=held_stream(r, held)) for r in rows if r["membership"] is not None]
             if members:
-                await c.executemany(_INSERT_MEMBERSHIP, members)
+                await c.execute(_INSERT_MEMBERSHIPS, {**ids_of, "rows": _rows(members)})
             redactions = [r for r in rows if r["redacts"]]
             if redactions:
                 await c.executemany(
@@ -587,35 +642,29 @@ class Persister:
                         for r in redactions
                     ],
                 )
-                await c.executemany(
-                    _APPLY_REDACTION,
-                    [
-                        {"event_id": r["event_id"], "redacts": r["redacts"], "room_id": room_id}
-                        for r in redactions
-                        if r["redacts"] not in by_id
-                    ],
-                )
+                applied = [
+                    {"event_id": r["event_id"], "redacts": r["redacts"], "room_id": room_id}
+                    for r in redactions
+                    if r["redacts"] not in by_id
+                ]
+                if applied:
+                    await c.executemany(_APPLY_REDACTION, applied)
             normal = [e for e in ordered if not e.outlier]
             if normal and not local:
-                await c.execute(_DROP_BACKWARD, {"room_id": room_id, "ids": [e.event_id for e in normal]})
+                await c.execute(_DROP_BACKWARD, {**ids_of, "ids": [e.event_id for e in normal]})
             if backward:
-                await c.executemany(_ADD_BACKWARD, [{"room_id": room_id, "event_id": b} for b in sorted(backward)])
+                await c.execute(_ADD_BACKWARD, {**ids_of, "ids": sorted(backward)})
             if advance is not None:
                 await self._write_advance(c, view, advance, rows, held, ids[0] if ids else 0, instance)
-
-        current = advance.current if advance is not None else view.current
-        last_stream = None
-        last_event = None
-        shown = [r for r in new_rows + re_rows if not r["outlier"] and not backfill and r["type"] not in NEVER_SHOWN]
-        if shown:
-            top = max(shown, key=lambda r: held_stream(r, held))
-            last_stream, last_event = held_stream(top, held), top["event_id"]
-        cur = await conn.execute(
-            _UPDATE_ROOM,
-            {"room_id": room_id, "current": current, "last_stream": last_stream, "last_event": last_event},
-        )
-        writes = await cur.fetchone()
-        view.writes = int(writes[0]) if writes else view.writes + 1
+            if plan is not None:
+                await self.states.flush(conn, plan)
+            await c.execute(
+                _UPDATE_ROOM,
+                {"room_id": room_id, "current": current, "last_stream": last_stream, "last_event": last_event},
+            )
+        if plan is not None and not self.states.settle(plan):
+            raise _Replan(f"a state of room {room_id} planned by the batch is already stored")
+        view.writes += 1  # the room's row is locked: the count read with it, plus this batch
         view.current = current
         stream_ids = {r["event_id"]: held_stream(r, held) for r in rows}
         return Persisted([r["event_id"] for r in rows], duplicates, stream_ids)
@@ -641,18 +690,17 @@ class Persister:
         ordered: Sequence[NewEvent],
         rows: Sequence[dict[str, Any]],
         held: dict[str, _Held],
-        local: bool,
+        has_children: set[str],
         memberships: Mapping[str, str | None],
+        plan: StatePlan | None,
     ) -> _Advance:
-        """The forward extremities and the current state after the batch (written by :meth:`_write_advance`)."""
+        """The forward extremities and the current state after the batch (written by :meth:`_write_advance`).
+
+        ``has_children``: the batch's events that already had children when it started (remote batches)."""
         room_id = view.room_id
         by_id = {r["event_id"]: r for r in rows}
         normal = [e for e in ordered if not e.outlier]
         extremities = dict(view.extremities)
-        has_children: set[str] = set()
-        if not local:
-            cur = await conn.execute(_CHILDREN, {"ids": [e.event_id for e in normal]})
-            has_children = {str(r[0]) for r in await cur.fetchall()}
         #: New events rank after every held one, in batch order, until their IDs are known.
         provisional = 1 << 62
         for i, e in enumerate(normal):
@@ -670,8 +718,9 @@ class Persister:
         if len(group_ids) == 1:
             new = groups[group_ids[0]]
         else:
-            resolved = await self.resolver(room_id, view.room_version, [groups[g].state for g in group_ids])
-            new = await self.states.store_state(conn, room_id, groups[group_ids[0]], resolved)
+            inputs = [groups[g] for g in group_ids]
+            resolved = await self.resolver(room_id, view.room_version, [g.state for g in inputs])
+            new = await self.states.store_state(conn, room_id, inputs[0], resolved, plan, inputs)
         if new.id == view.current:
             return _Advance(extremities, view.current, [], [], [])
         old_state: State = {}
@@ -715,28 +764,17 @@ class Persister:
             for eid, (d, s, g) in advance.extremities.items()
         }
         await c.execute(_DROP_FORWARD, {"room_id": room_id})
-        await c.executemany(_ADD_FORWARD, [{"room_id": room_id, "event_id": eid} for eid in extremities])
+        if extremities:
+            await c.execute(_ADD_FORWARD, {"room_id": room_id, "ids": list(extremities)})
         view.extremities = extremities
         if advance.sets:
-            await c.executemany(_SET_STATE, advance.sets)
+            await c.execute(_SET_STATE, {"room_id": room_id, "rows": _rows(advance.sets)})
         if advance.drops:
             await c.executemany(_DROP_STATE, advance.drops)
         if advance.deltas:
-            await c.executemany(
-                _STATE_DELTA,
-                [
-                    {
-                        "stream": first_stream,
-                        "instance": instance,
-                        "room_id": room_id,
-                        "type": t,
-                        "state_key": k,
-                        "event_id": e,
-                        "prev_event_id": p,
-                    }
-                    for t, k, e, p in advance.deltas
-                ],
-            )
+            deltas = [{"t": t, "k": k, "e": e, "p": p} for t, k, e, p in advance.deltas]
+            params = {"room_id": room_id, "stream": first_stream, "instance": instance, "rows": _rows(deltas)}
+            await c.execute(_STATE_DELTA, params)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,13 +8,21 @@ groups) are kept in an LRU bounded by the number of state entries held.
 
 Groups are immutable, so the cache never needs invalidating; a group another process wrote is simply
 loaded on first use.
+
+**Batches** store their groups through a :class:`StatePlan`: each new group gets an ID at once (from a
+block of ``state_group_id_seq`` values this process holds) and is usable by the rest of the batch, and
+:meth:`StateStore.flush` writes all of them in one statement that inserts nothing if any of their
+hashes is already stored in the room (an identical state stored earlier, which the batch would have to
+reuse). The writer then sees :attr:`StatePlan.conflict` and persists the batch again without a plan,
+group by group as :meth:`StateStore.store` does alone (the room's lock makes the check and the insert
+one step: no one else stores the room's groups meanwhile).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -54,6 +62,16 @@ ON CONFLICT (room_id, hash) DO NOTHING
 RETURNING id
 """
 _SAME = "SELECT id, position, base FROM state_groups WHERE room_id = %(room_id)s AND hash = %(hash)s"
+_INSERT_PLANNED = """
+INSERT INTO state_groups (id, room_id, parent, base, position, size, hash, delta)
+SELECT g.id, %(room_id)s, g.parent, g.base, g.position, g.size, g.hash, g.delta
+FROM unnest(%(id)b::bigint[], %(parent)b::bigint[], %(base)b::bigint[], %(position)b::bigint[], %(size)b::bigint[],
+    %(hash)b::bytea[], %(delta)b::bytea[]) AS g(id, parent, base, position, size, hash, delta)
+WHERE NOT EXISTS (SELECT 1 FROM state_groups s WHERE s.room_id = %(room_id)s AND s.hash = ANY(%(hash)b::bytea[]))
+"""
+_RESERVE_IDS = "SELECT nextval('state_group_id_seq') FROM generate_series(1, %(n)s)"
+#: State group IDs a process reserves at a time for planned groups.
+ID_BLOCK = 64
 
 
 class StateGroupError(LookupError):
@@ -80,6 +98,19 @@ class StoreStats:
     bytes: int
 
 
+@dataclass
+class StatePlan:
+    """The groups one batch stores, written together by :meth:`StateStore.flush` (module docstring)."""
+
+    room_id: str
+    rows: list[tuple[int, int | None, int | None, int, int, bytes, bytes]] = field(default_factory=list)
+    by_hash: dict[bytes, Group] = field(default_factory=dict)
+    entries: int = 0
+    #: Set by :meth:`StateStore.flush` when an identical state was already stored: nothing was written.
+    conflict: bool = False
+    _cursor: Any = None
+
+
 class StateStore:
     """Loads and stores state groups for one process; safe to share between rooms and tasks."""
 
@@ -95,6 +126,7 @@ class StateStore:
         self.bytes_written = 0
         self.loads = 0
         self.rows_read = 0
+        self._free_ids: list[int] = []
 
     def stats(self) -> StoreStats:
         return StoreStats(self.groups_written, self.entries_written, self.bytes_written)
@@ -200,13 +232,30 @@ class StateStore:
             gid = base
         raise StateGroupError(f"state group {parent.id} has no ancestor at position {position} on its base walk")
 
-    async def store(self, conn: AsyncConnection[Any], room_id: str, parent: Group | None, change: Delta) -> Group:
-        """The group whose state is ``parent``'s changed by ``change`` (an existing one if equal)."""
+    async def store(
+        self,
+        conn: AsyncConnection[Any],
+        room_id: str,
+        parent: Group | None,
+        change: Delta,
+        plan: StatePlan | None = None,
+        same: Sequence[Group] = (),
+    ) -> Group:
+        """The group whose state is ``parent``'s changed by ``change`` (an existing one if equal).
+
+        With a ``plan``, a new group is only planned (written by :meth:`flush`); ``same``: groups known to
+        be stored whose state the result may equal (the states a fork was resolved from).
+        """
         before = parent.state if parent is not None else EMPTY_STATE
         state = apply_delta(before, change)
         digest = updated_hash(parent.hash if parent is not None else EMPTY_HASH, before, change)
         if parent is not None and digest == parent.hash:
             return parent
+        for known in same:
+            if known.hash == digest:
+                return known
+        if plan is not None and digest in plan.by_hash:
+            return plan.by_hash[digest]
         position = (parent.position if parent is not None else 0) + 1
         base_pos = base_position(position)
         if parent is None or base_pos == parent.position:
@@ -216,6 +265,17 @@ class StateStore:
             base = await self._ancestor(conn, parent, base_pos)
             delta = diff(base.state if base is not None else EMPTY_STATE, state)
         blob = encode_delta(delta)
+        if plan is not None:
+            gid = await self._new_id(conn)
+            parent_id = parent.id if parent is not None else None
+            base_id = base.id if base is not None else None
+            plan.rows.append((gid, parent_id, base_id, position, state_size(state), digest, blob))
+            plan.entries += sum(len(c) for c in delta.values())
+            self._links[gid] = (base_id, position)
+            group = Group(gid, room_id, position, digest, state)
+            plan.by_hash[digest] = group
+            self._keep(group)
+            return group
         params = {
             "room_id": room_id,
             "parent": parent.id if parent is not None else None,
@@ -243,9 +303,60 @@ class StateStore:
         self._keep(group)
         return group
 
-    async def store_state(self, conn: AsyncConnection[Any], room_id: str, parent: Group | None, state: State) -> Group:
+    async def store_state(
+        self,
+        conn: AsyncConnection[Any],
+        room_id: str,
+        parent: Group | None,
+        state: State,
+        plan: StatePlan | None = None,
+        same: Sequence[Group] = (),
+    ) -> Group:
         """The group holding ``state``, stored as a change of ``parent`` (a resolved fork's state)."""
-        return await self.store(conn, room_id, parent, diff(parent.state if parent is not None else EMPTY_STATE, state))
+        change = diff(parent.state if parent is not None else EMPTY_STATE, state)
+        return await self.store(conn, room_id, parent, change, plan, same)
+
+    async def _new_id(self, conn: AsyncConnection[Any]) -> int:
+        if not self._free_ids:
+            cur = await conn.execute(_RESERVE_IDS, {"n": ID_BLOCK})
+            self._free_ids = sorted((int(r[0]) for r in await cur.fetchall()), reverse=True)
+        return self._free_ids.pop()
+
+    async def flush(self, conn: AsyncConnection[Any], plan: StatePlan) -> None:
+        """Send the insert of ``plan``'s groups (nothing if one of their states is already stored); in a
+        pipeline, its outcome is known after the sync: :meth:`settle`."""
+        if not plan.rows:
+            return
+        ids, parents, bases, positions, sizes, hashes, deltas = (list(c) for c in zip(*plan.rows, strict=True))
+        params = {
+            "room_id": plan.room_id, "id": ids, "parent": parents, "base": bases, "position": positions,
+            "size": sizes, "hash": hashes, "delta": deltas,
+        }  # fmt: skip
+        plan._cursor = conn.cursor()
+        await plan._cursor.execute(_INSERT_PLANNED, params)
+
+    def settle(self, plan: StatePlan) -> bool:
+        """Whether :meth:`flush` wrote ``plan``'s groups (False: :attr:`StatePlan.conflict`, nothing written)."""
+        if not plan.rows:
+            return True
+        if plan._cursor.rowcount != len(plan.rows):
+            plan.conflict = True
+            for group in plan.by_hash.values():
+                self._drop(group.id)
+            return False
+        self.groups_written += len(plan.rows)
+        self.entries_written += plan.entries
+        self.bytes_written += sum(len(r[6]) for r in plan.rows)
+        return True
+
+    def _drop(self, group_id: int) -> None:
+        group = self._cache.pop(group_id, None)
+        if group is not None:
+            self._held -= max(1, state_size(group.state))
+            room = self._by_room.get(group.room_id)
+            if room is not None:
+                room.discard(group_id)
+        self._links.pop(group_id, None)
 
     def forget(self) -> None:
         """Drop every cached state (tests; a process under memory pressure)."""
