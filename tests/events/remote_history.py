@@ -80,7 +80,7 @@ class RemoteRoom:
             "content": content,
             "prev_events": list(prev),
             "depth": depth,
-            "origin_server_ts": 1_600_000_000_000 + depth,
+            "origin_server_ts": 1_600_000_000_000 + depth % 10**9,
             "auth_events": self._auth_events(event_type, sender, state_key),
         }
         if state_key is not None:

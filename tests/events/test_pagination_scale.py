@@ -138,6 +138,8 @@ def oracle(history: History, user: str, held: set[str]) -> dict[str, str]:
             visibility = content["history_visibility"]
         if built.event_id not in held or built.type == "m.room.dummy":
             continue
+        if built.type == "m.room.redaction" and built.event.get("redacts") not in held:
+            continue  # §8: a redaction is not shown while its target is not held
         effective = visibility
         if built.type == "m.room.history_visibility" and built.state_key == "":
             effective = min(before, visibility, key=RESTRICTIVENESS.index)

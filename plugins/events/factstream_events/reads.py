@@ -23,7 +23,7 @@ from factstream_events.errors import Forbidden, InvalidEvent, UnknownEvent, Unkn
 from factstream_events.prune import prune_event
 from factstream_events.statestore import StateStore
 from factstream_events.tokens import RoomToken, TokenError, next_token, order_by, pagination_bounds
-from factstream_events.validate import MEMBER, NEVER_SHOWN
+from factstream_events.validate import MEMBER, NEVER_SHOWN, REDACTION
 from factstream_events.visibility import EventFacts, check_event
 
 MAX_PAGE = 1_000
@@ -31,13 +31,14 @@ DEFAULT_PAGE = 10
 
 COLUMNS = (
     "e.event_id, e.room_id, e.type, e.state_key, e.sender, e.outlier, e.visibility, e.membership,"
-    " e.prev_membership, e.state_group, e.topological_ordering, e.stream_ordering, e.redacted_by"
+    " e.prev_membership, e.state_group, e.topological_ordering, e.stream_ordering, e.redacted_by, e.redacts"
 )
 _BY_ID = (
     f"SELECT {COLUMNS}, j.json FROM events e JOIN event_json j ON j.event_id = e.event_id"
     " WHERE e.event_id = ANY(%(ids)s)"
 )
 _JSON = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)s)"
+_ROOM_OF = "SELECT event_id, room_id FROM events WHERE event_id = ANY(%(ids)s)"
 _MEMBERSHIP_OF = "SELECT event_id, membership FROM events WHERE event_id = ANY(%(ids)s)"
 _ROOM = "SELECT room_version FROM rooms WHERE room_id = %(room_id)s"
 _CURRENT_MEMBER = """
@@ -77,6 +78,7 @@ class Row:
     topological: int
     stream: int
     redacted_by: str | None
+    redacts: str | None
     raw: bytes
 
 
@@ -92,7 +94,7 @@ class Page:
 def row_of(r: Sequence[Any]) -> Row:
     return Row(
         str(r[0]), str(r[1]), str(r[2]), r[3], str(r[4]), bool(r[5]), r[6], r[7], r[8],
-        None if r[9] is None else int(r[9]), int(r[10]), int(r[11]), r[12], bytes(r[13]),
+        None if r[9] is None else int(r[9]), int(r[10]), int(r[11]), r[12], r[13], bytes(r[14]),
     )  # fmt: skip
 
 
@@ -196,12 +198,19 @@ class Reads:
     async def for_user(
         self, conn: AsyncConnection[Any], user: str, rows: Sequence[Row], *, is_peeking: dict[str, bool] | None = None
     ) -> list[bytes]:
-        """The events of ``rows`` the user may see, in order, each formatted for them."""
+        """The events of ``rows`` the user may see, in order, each formatted for them.
+
+        ``is_peeking`` per room; for a room not given, the user is peeking unless they are joined to it
+        or left it now (an invited or banned user reads as a stranger would, as the reference's
+        ``/event`` does; where a departed user's history ends is the caller's to enforce).
+        """
         rows = [r for r in rows if r.type not in NEVER_SHOWN]
+        rows = await self._without_unheld_targets(conn, rows)
         memberships = await self.memberships_at(conn, user, rows)
         peeking = dict(is_peeking or {})
         for room_id in {r.room_id for r in rows} - peeking.keys():
-            peeking[room_id] = await self.current_membership(conn, room_id, user) is None
+            mine = await self.current_membership(conn, room_id, user)
+            peeking[room_id] = mine is None or mine[0] not in ("join", "leave")
         shown: list[tuple[Row, str]] = []
         for row, membership in zip(rows, memberships, strict=True):
             facts = EventFacts(
@@ -211,6 +220,16 @@ class Reads:
             if verdict.visible:
                 shown.append((row, verdict.membership))
         return await self.format(conn, shown)
+
+    async def _without_unheld_targets(self, conn: AsyncConnection[Any], rows: list[Row]) -> list[Row]:
+        """``rows`` without the redactions whose target is not held in their room (events-semantics §8:
+        such a redaction is stored, and shown once its target arrives)."""
+        targets = {r.redacts for r in rows if r.type == REDACTION and r.redacts}
+        if not targets:
+            return rows
+        cur = await conn.execute(_ROOM_OF, {"ids": list(targets)})
+        held = {(str(e), str(room)) for e, room in await cur.fetchall()}
+        return [r for r in rows if r.type != REDACTION or (r.redacts, r.room_id) in held]
 
     async def format(self, conn: AsyncConnection[Any], shown: Sequence[tuple[Row, str | None]]) -> list[bytes]:
         """Each event as sent to a client: pruned if redacted, with ``unsigned`` (membership, redacted_because)."""
@@ -246,7 +265,8 @@ class Reads:
 
     async def event(self, user: str | None, event_id: str, room_id: str | None = None) -> bytes:
         """One event (of ``room_id`` when given): its stored bytes for a server (``user`` None),
-        formatted if the user may see it."""
+        formatted if the user may see it. A user who left the room sees nothing after their leave
+        (as in ``/messages``); an invited or banned user reads as a stranger."""
         async with self.host.database().autocommit() as conn:
             rows = await self.rows(conn, [event_id])
             row = rows.get(event_id)
@@ -254,7 +274,11 @@ class Reads:
                 raise UnknownEvent(f"event {event_id} is not known here")
             if user is None:
                 return row.raw
-            shown = await self.for_user(conn, user, [row])
+            mine = await self.current_membership(conn, row.room_id, user)
+            if mine is not None and mine[0] == "leave" and (row.topological, row.stream) > (mine[1], mine[2]):
+                raise UnknownEvent(f"event {event_id} is not known here or {user} may not see it")
+            peeking = mine is None or mine[0] not in ("join", "leave")
+            shown = await self.for_user(conn, user, [row], is_peeking={row.room_id: peeking})
             if not shown:
                 raise UnknownEvent(f"event {event_id} is not known here or {user} may not see it")
             return shown[0]
@@ -368,7 +392,9 @@ class Reads:
             )
             cur = await conn.execute(sql, {**params, "room_id": room_id, "limit": limit})
             rows = [row_of(r) for r in await cur.fetchall()]
-            chunk = await self.for_user(conn, user, rows, is_peeking={room_id: mine is None})
+            # an invited or banned user reads a world_readable room as a stranger does
+            peeking = mine is None or mine[0] in {"invite", "ban", "knock"}
+            chunk = await self.for_user(conn, user, rows, is_peeking={room_id: peeking})
         # A page that found events has an end, even when filtering showed none of them; only a page
         # past the last event has none (events-semantics §6).
         next_end = str(next_token(direction, rows[-1].topological, rows[-1].stream)) if rows else None

@@ -47,6 +47,9 @@ from factstream_events.validate import (
     check_event,
 )
 
+#: Room versions whose events may hold integers beyond canonical JSON's range (before version 6).
+LOOSE_JSON_VERSIONS = frozenset({"1", "2", "3", "4", "5"})
+MAX_SAFE_INTEGER = 2**53 - 1
 #: A local event follows at most this many of the room's deepest forward extremities.
 MAX_PREV_EVENTS = 10
 DEFAULT_ROOM_VERSION = "10"
@@ -213,6 +216,11 @@ class EventsStore:
                 reason = await self._policy(room_id, event, state, facts)
                 if reason is not None:
                     raise Forbidden(reason)
+                if depth > MAX_SAFE_INTEGER:
+                    raise InvalidEvent(
+                        f"depth: the room's deepest event is at {depth - 1}; a new event's depth would pass "
+                        f"2**53-1, the largest integer canonical JSON holds"
+                    )
                 try:
                     event["hashes"] = {"sha256": content_hash(event)}
                     event_id = event_id_for(event, version)
@@ -350,7 +358,11 @@ class EventsStore:
         txn_id: str | None = None,
     ) -> str:
         """Send one event (a state event with ``state_key``); idempotent per ``(sender, txn_id)``."""
-        txn = (sender, txn_id, request_hash("send", room_id, event_type, state_key, content)) if txn_id else None
+        txn = (
+            (sender, f"send/{txn_id}", request_hash("send", room_id, event_type, state_key, content))
+            if txn_id
+            else None
+        )
         return (await self._local(room_id, [Draft(event_type, sender, content, state_key)], txn=txn))[0]
 
     async def change_membership(
@@ -367,7 +379,7 @@ class EventsStore:
     ) -> str:
         """Redact ``target`` (an event of the same room); the redaction's ID."""
         content: dict[str, Any] = {} if reason is None else {"reason": reason}
-        txn = (sender, txn_id, request_hash("redact", room_id, target, content)) if txn_id else None
+        txn = (sender, f"redact/{txn_id}", request_hash("redact", room_id, target, content)) if txn_id else None
         return (await self._local(room_id, [Draft(REDACTION, sender, content, None, target)], txn=txn))[0]
 
     # -- remote writes -----------------------------------------------------------------------------
@@ -400,6 +412,12 @@ class EventsStore:
                 raise InvalidEvent(
                     f"room_version: room {room_id} is not held here; give its version or its create event"
                 )
+            if this_version not in LOOSE_JSON_VERSIONS:
+                for name in ("depth", "origin_server_ts"):
+                    if event[name] > MAX_SAFE_INTEGER:
+                        raise InvalidEvent(
+                            f"{where}.{name}: must be at most 2**53-1 in room version {this_version}, not {event[name]}"
+                        )
             try:
                 computed = _remote_event_id(event, this_version, item.event_id)
             except (EventIdError, UnknownRoomVersion, CanonicalJsonError) as exc:

@@ -224,7 +224,10 @@ class Timeline:
                         caps[change.room_id] = upto
                         memberships_now[change.room_id] = "join"
             timelines = await self._new_in_rooms(conn, user, caps, memberships_now, after, upto, limit)
-            memberships = await self.reads.for_user(conn, user, changes)
+            # the user's own membership changes, read as a member would (an invite is theirs to see)
+            memberships = await self.reads.for_user(
+                conn, user, changes, is_peeking=dict.fromkeys({c.room_id for c in changes}, False)
+            )
         return NewEvents(f"s{upto}", memberships, timelines)
 
     async def _new_in_rooms(

@@ -171,7 +171,7 @@ def upgrade() -> None:
         sa.Column("event_id", _TEXT, nullable=False),
     )
     op.create_index("ex_outlier_stream_instance", "ex_outlier_stream", ["instance_name", "stream_id"])
-    # Idempotent local sends: one row per (user, transaction ID).
+    # Idempotent local sends: one row per (user, endpoint and transaction ID: "send/<txn>", "redact/<txn>").
     op.create_table(
         "event_txn_ids",
         sa.Column("user_id", _TEXT, nullable=False),
