@@ -140,3 +140,18 @@ async def test_the_job_runs_by_itself_on_the_events_writer(host_cluster, monkeyp
         return b"secret" not in await raw(main, secret)
 
     await until(censored, 10, "the censor job to rewrite the redacted event")
+
+
+async def test_redactions_of_missing_targets_do_not_stall_the_job(censoring, monkeypatch):
+    from factstream_events import censor
+
+    monkeypatch.setattr(censor, "BATCH", 2)
+    store = store_of(censoring)
+    room = await store.create_room("@alice:hs", preset="public_chat")
+    # five redactions whose targets never arrive, older than the one that matters
+    for i in range(5):
+        await store.redact(room, "@alice:hs", f"$missing{i}")
+    secret = await store.send(room, "@alice:hs", "m.room.message", {"body": "secret"})
+    await store.redact(room, "@alice:hs", secret)
+    assert await censor_once(censoring.api, now_ms=int(time.time() * 1000) + 3 * DAY_MS) == 1
+    assert b"secret" not in await raw(censoring, secret)

@@ -114,3 +114,26 @@ async def test_state_cache_can_be_cold(main):
     state = await reads_of(main).state_ids(room)
     assert sum(1 for t, _ in state if t == "m.room.member") == 21
     assert flatten({}) == {}
+
+
+async def test_kick_and_unban_only_apply_to_the_membership_they_name(main, client):
+    store = store_of(main)
+    room = await store.create_room("@alice:hs", preset="public_chat")
+    await store.change_membership(room, "@bob:hs", "@bob:hs", "join")
+    alice = client("@alice:hs")
+    r = await alice.post(f"/rooms/{room}/unban", json={"user_id": "@bob:hs"})
+    assert r.status_code == 403 and "not ban" in r.json()["error"], r.text  # unban must not kick bob
+    assert (await reads_of(main).state_ids(room))[("m.room.member", "@bob:hs")]
+    r = await alice.post(f"/rooms/{room}/ban", json={"user_id": "@bob:hs"})
+    assert r.status_code == 200, r.text
+    r = await alice.post(f"/rooms/{room}/kick", json={"user_id": "@bob:hs"})
+    assert r.status_code == 403 and "membership is ban" in r.json()["error"], r.text  # kick must not unban
+    r = await alice.post(f"/rooms/{room}/unban", json={"user_id": "@bob:hs"})
+    assert r.status_code == 200, r.text
+    r = await alice.post(f"/rooms/{room}/kick", json={"user_id": "@carol:hs"})
+    assert r.status_code == 403 and "no membership" in r.json()["error"], r.text
+
+
+async def test_create_room_refuses_an_unknown_history_visibility(main, client):
+    r = await client("@alice:hs").post("/createRoom", json={"history_visibility": "sometimes"})
+    assert r.status_code == 400 and r.json()["error"].startswith("history_visibility"), r.text

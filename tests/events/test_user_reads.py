@@ -227,3 +227,16 @@ async def test_a_worker_started_later_answers_from_prefilled_caches_and_follows_
     assert await worker.api.wait_for_stream_position("main", "events", store.timeline._stream.current_token())
     found = await remote.new_events("@bob:hs", now)
     assert [ids(t.events) for t in found.rooms] == [[later]]
+
+
+async def test_an_invite_to_a_joined_visibility_room_reaches_the_invitee(main, client):
+    store = store_of(main)
+    start = (await store.timeline.new_events("@bob:hs", None)).next
+    room = await store.create_room("@alice:hs", history_visibility="joined")
+    invite = await store.change_membership(room, "@alice:hs", "@bob:hs", "invite")
+    got = await store.timeline.new_events("@bob:hs", start)
+    assert ids(got.memberships) == [invite]
+    (recent,) = await store.timeline.recent("@bob:hs", rooms=5)
+    assert recent.membership == "invite" and ids(recent.events) == [invite]
+    r = await client("@bob:hs").get("/events", params={"from": "s0", "limit": "0"})
+    assert r.status_code == 400 and r.json()["errcode"] == "M_INVALID_PARAM", r.text

@@ -5,9 +5,11 @@ the ``events`` stream (the main writer when there are several), first a minute a
 every :data:`INTERVAL_SECONDS`, in batches of :data:`BATCH` redactions, each batch one transaction:
 
 * a redaction counts once its ``received_ts`` is older than the retention, it is not censored yet, and
-  it is the one its target names in ``events.redacted_by`` (a redaction of another room's event, of the
-  create event, or of an event that never arrived censors nothing: it is marked done when its target
-  has arrived and is not redacted by it, and left for later while the target is missing);
+  its target is held; it censors only if it is the one its target names in ``events.redacted_by`` (a
+  redaction of another room's event, of the create event, or a second redaction censors nothing and
+  is marked done); one whose target never arrived is not looked at until the target arrives;
+* a pruned form that canonical JSON cannot hold (numbers of room versions 1-5) keeps the stored JSON,
+  with a warning;
 * the target's ``event_json`` is replaced with the canonical JSON of the pruned event (the room
   version's rules, :mod:`factstream_events.prune`); reads already pruned it, so what users see does
   not change; a server reading the raw bytes (``?raw=true``) gets the pruned form from then on;
@@ -24,7 +26,7 @@ import logging
 import time
 
 from factstream import HostApi
-from factstream_events.canonical import canonical_json, parse_event_json
+from factstream_events.canonical import CanonicalJsonError, canonical_json, parse_event_json
 from factstream_events.prune import prune_event
 from factstream_events.rows import STREAM, EventsRow
 from factstream_events.settings import EventsSettings
@@ -38,9 +40,9 @@ BATCH = 500
 _DUE = """
 SELECT r.event_id, r.redacts, e.room_id, e.redacted_by, j.json, rm.room_version
 FROM redactions r
-LEFT JOIN events e ON e.event_id = r.redacts
-LEFT JOIN event_json j ON j.event_id = r.redacts
-LEFT JOIN rooms rm ON rm.room_id = e.room_id
+JOIN events e ON e.event_id = r.redacts
+JOIN event_json j ON j.event_id = r.redacts
+JOIN rooms rm ON rm.room_id = e.room_id
 WHERE NOT r.censored AND r.received_ts <= %(before)s
 ORDER BY r.received_ts, r.event_id
 LIMIT %(n)s
@@ -64,18 +66,21 @@ async def censor_once(host: HostApi, *, now_ms: int | None = None) -> int:
             cur = await txn.execute(_DUE, {"before": before, "n": BATCH})
             due = await cur.fetchall()
             done: list[str] = []
-            for redaction, target, room_id, redacted_by, raw, version in due:
-                if room_id is None or raw is None:
-                    continue  # the target has not arrived: maybe later
+            for redaction, target, _, redacted_by, raw, version in due:
                 done.append(str(redaction))
-                if redacted_by != redaction or version is None:
+                if redacted_by != redaction:
                     continue  # this redaction did not redact it (another room, the create event, a first one)
                 pruned = prune_event(parse_event_json(bytes(raw)), str(version))
-                await txn.execute(_SET_JSON, {"json": canonical_json(pruned), "event_id": target})
+                try:
+                    text = canonical_json(pruned)
+                except CanonicalJsonError as exc:  # numbers of an old room version canonical JSON cannot hold
+                    log.warning("censor: event %s keeps its stored JSON: its pruned form %s", target, exc)
+                    continue
+                await txn.execute(_SET_JSON, {"json": text, "event_id": target})
                 censored += 1
             if done:
                 await txn.execute(_DONE, {"ids": done})
-        if len(due) < BATCH or not done:
+        if len(due) < BATCH:
             return censored
 
 

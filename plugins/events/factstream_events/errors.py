@@ -17,6 +17,12 @@ class InvalidEvent(EventsError):
     errcode = "M_BAD_JSON"
 
 
+class InvalidParam(InvalidEvent):
+    """A query parameter of a read that is out of range or malformed (the message names it)."""
+
+    errcode = "M_INVALID_PARAM"
+
+
 class EventConflict(EventsError):
     """An event ID already stored with other bytes (the first is kept), or a transaction ID reused."""
 

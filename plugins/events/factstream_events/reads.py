@@ -19,7 +19,7 @@ from psycopg import AsyncConnection
 
 from factstream import HostApi, LruCache
 from factstream_events.canonical import parse_event_json
-from factstream_events.errors import Forbidden, InvalidEvent, UnknownEvent, UnknownRoom
+from factstream_events.errors import Forbidden, InvalidParam, UnknownEvent, UnknownRoom
 from factstream_events.prune import prune_event
 from factstream_events.statestore import StateStore
 from factstream_events.tokens import RoomToken, TokenError, next_token, order_by, pagination_bounds
@@ -356,9 +356,9 @@ class Reads:
         ``world_readable``; a user who left pages up to their leave.
         """
         if direction not in ("b", "f"):
-            raise InvalidEvent(f"dir: must be 'b' or 'f', not {direction!r}")
+            raise InvalidParam(f"dir: must be 'b' or 'f', not {direction!r}")
         if not 1 <= limit <= MAX_PAGE:
-            raise InvalidEvent(f"limit: must be from 1 to {MAX_PAGE}, not {limit}")
+            raise InvalidParam(f"limit: must be from 1 to {MAX_PAGE}, not {limit}")
         start = parse_token("from", from_token)
         end = parse_token("to", to_token)
         async with self.host.database().autocommit() as conn:
@@ -403,11 +403,11 @@ class Reads:
     async def backfill(self, room_id: str, seeds: Sequence[str], limit: int) -> list[bytes]:
         """Up to ``limit`` events before ``seeds`` (those included), walking prev_events deepest first."""
         if not 1 <= limit <= MAX_PAGE:
-            raise InvalidEvent(f"limit: must be from 1 to {MAX_PAGE}, not {limit}")
+            raise InvalidParam(f"limit: must be from 1 to {MAX_PAGE}, not {limit}")
         async with self.host.database().autocommit() as conn:
             await self.room_version(conn, room_id)
             if not seeds:
-                raise InvalidEvent("v: give at least one event ID to walk back from")
+                raise InvalidParam("v: give at least one event ID to walk back from")
             out: list[str] = []
             seen: set[str] = set()
             queue: list[tuple[int, int, str]] = []
@@ -443,4 +443,4 @@ def parse_token(name: str, text: str | None) -> RoomToken | None:
     try:
         return RoomToken.parse(text)
     except TokenError as exc:
-        raise InvalidEvent(f"{name}: {exc}") from None
+        raise InvalidParam(f"{name}: {exc}") from None

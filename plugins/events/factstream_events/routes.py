@@ -27,7 +27,7 @@ from factstream import HostApi, HttpError, RouteSpec, caller_can_write, calling_
 from factstream_events.canonical import EventJsonError, parse_event_json
 from factstream_events.errors import EventsError
 from factstream_events.reads import DEFAULT_PAGE, Reads
-from factstream_events.rows import STREAM
+from factstream_events.rows import BACKFILL_STREAM, STREAM
 from factstream_events.settings import EventsSettings
 from factstream_events.store import EventsStore, RemoteEvent
 from factstream_events.timeline import DEFAULT_TIMELINE, RoomTimeline
@@ -143,7 +143,11 @@ async def set_state(request: Request, host: HostApi) -> dict[str, str]:
     return {"event_id": event_id}
 
 
-def _membership_route(membership: str, *, of_self: bool) -> Endpoint:
+#: The target's current membership a verb that sends ``leave`` about another user needs.
+_VERB_NEEDS = {"kick": ("join", "invite", "knock"), "unban": ("ban",)}
+
+
+def _membership_route(verb: str, membership: str, *, of_self: bool) -> Endpoint:
     @answers
     async def endpoint(request: Request, host: HostApi) -> dict[str, str]:
         user = calling_user(request)
@@ -152,6 +156,19 @@ def _membership_route(membership: str, *, of_self: bool) -> Endpoint:
         body = await _object(request, host)
         target = user if of_self else _user_id(body.get("user_id"))
         reason = _field(body, "reason", str)
+        needs = _VERB_NEEDS.get(verb)
+        if needs is not None:
+            async with host.database().autocommit() as conn:
+                await reads(host).room_version(conn, room_id)
+                current = await reads(host).current_membership(conn, room_id, target)
+            if current is None or current[0] not in needs:
+                now = current[0] if current else "no membership"
+                done = "kicked" if verb == "kick" else "unbanned"
+                raise HttpError(
+                    403,
+                    "M_FORBIDDEN",
+                    f"user_id: {target} cannot be {done}: their membership is {now}, not {' or '.join(needs)}",
+                )
         event_id = await store(host).change_membership(room_id, user, target, membership, reason=reason)
         return {"event_id": event_id}
 
@@ -193,6 +210,8 @@ async def remote_events(request: Request, host: HostApi) -> dict[str, Any]:
         raise HttpError(400, "M_INVALID_PARAM", "event_ids: must have one entry (or null) per event")
     if batch.outlier and batch.backfill:
         raise HttpError(400, "M_INVALID_PARAM", "outlier and backfill: a batch is one or the other")
+    if batch.backfill:
+        require_writer(host, BACKFILL_STREAM)
     ids = batch.event_ids or [None] * len(batch.events)
     events = [RemoteEvent(bytes(raw), ids[i], batch.outlier) for i, raw in enumerate(batch.events)]
     outcome = await store(host).persist_remote(
@@ -245,7 +264,6 @@ async def get_messages(request: Request, host: HostApi) -> Response:
 
 @answers
 async def get_backfill(request: Request, host: HostApi) -> Response:
-    require_writer(host, STREAM)
     room_id = _param(request, "room_id")
     seeds = request.query_params.getlist("v")
     limit_text = request.query_params.get("limit", "100")
@@ -299,7 +317,7 @@ ROUTES = (
     *(
         RouteSpec(
             f"/rooms/{{room_id}}/{verb}",
-            _membership_route(membership, of_self=verb in {"join", "leave"}),
+            _membership_route(verb, membership, of_self=verb in {"join", "leave"}),
             ("POST",),
             name=f"events_{verb}",
             access="user",

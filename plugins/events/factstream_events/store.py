@@ -3,7 +3,7 @@
 Writes (on a writer of the ``events`` stream):
 
 * local events, which this server creates: :meth:`EventsStore.create_room`, :meth:`send`,
-  :meth:`set_state`, :meth:`change_membership`, :meth:`redact`. The server picks ``prev_events`` (the
+  :meth:`change_membership`, :meth:`redact`. The server picks ``prev_events`` (the
   room's forward extremities, at most :data:`MAX_PREV_EVENTS` of the deepest), ``depth`` (one more than
   the deepest of them), ``origin_server_ts`` and the event ID (``factstream_events.eventid``:
   ``local_event_id``), and the local policy (the ``check_local_event`` hook, by default
@@ -24,7 +24,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from factstream import HostApi, Transaction
+from factstream import HostApi, LruCache, Transaction
 from factstream_events.canonical import CanonicalJsonError, EventJsonError, canonical_json, parse_event_json
 from factstream_events.errors import EventConflict, Forbidden, InvalidEvent, UnknownEvent
 from factstream_events.eventid import EventIdError, content_hash, event_id_for, is_valid_event_id
@@ -50,6 +50,7 @@ from factstream_events.validate import (
 #: Room versions whose events may hold integers beyond canonical JSON's range (before version 6).
 LOOSE_JSON_VERSIONS = frozenset({"1", "2", "3", "4", "5"})
 MAX_SAFE_INTEGER = 2**53 - 1
+HISTORY_VISIBILITIES = ("world_readable", "shared", "invited", "joined")
 #: A local event follows at most this many of the room's deepest forward extremities.
 MAX_PREV_EVENTS = 10
 DEFAULT_ROOM_VERSION = "10"
@@ -99,7 +100,8 @@ class EventsStore:
         self.persister = Persister(host, self.states, self._resolve)
         self.reads = Reads(host, self.states)
         self.timeline = Timeline(host, self.reads)
-        self._contents: dict[str, Mapping[str, Any]] = {}
+        #: Contents of state events (immutable): a bounded cache.
+        self._contents: LruCache[Mapping[str, Any]] = LruCache("events_state_contents", 100_000)
 
     # -- hooks -------------------------------------------------------------------------------------
 
@@ -117,13 +119,20 @@ class EventsStore:
 
     async def contents(self, conn: AsyncConnection[Any], event_ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
         """The ``content`` of each held event of ``event_ids``."""
-        out = {e: self._contents[e] for e in event_ids if e in self._contents}
-        missing = [e for e in event_ids if e not in out]
+        out: dict[str, Mapping[str, Any]] = {}
+        missing: list[str] = []
+        for event_id in event_ids:
+            hit = self._contents.get((event_id,))
+            if hit is None:
+                missing.append(event_id)
+            else:
+                out[event_id] = hit
         if missing:
             cur = await conn.execute(_CONTENTS, {"ids": missing})
             for event_id, raw in await cur.fetchall():
                 content = parse_event_json(bytes(raw)).get("content")
-                out[str(event_id)] = self._contents[str(event_id)] = content if isinstance(content, dict) else {}
+                out[str(event_id)] = content if isinstance(content, dict) else {}
+                self._contents.set((str(event_id),), out[str(event_id)])
         return out
 
     async def _facts(
@@ -310,6 +319,10 @@ class EventsStore:
         (and name, topic, initial state, invites), in one transaction; returns the room ID."""
         if room_version not in KNOWN_ROOM_VERSIONS or room_version in {"1", "2"}:
             raise InvalidEvent(f"room_version: {room_version!r} is not a version this server creates rooms in")
+        if history_visibility not in HISTORY_VISIBILITIES:
+            raise InvalidEvent(
+                f"history_visibility: must be one of {', '.join(HISTORY_VISIBILITIES)}, not {history_visibility!r}"
+            )
         if preset not in PRESETS:
             raise InvalidEvent(f"preset: must be one of {', '.join(sorted(PRESETS))}, not {preset!r}")
         room_id = f"!{secrets.token_urlsafe(18)}:{_server_of(creator)}"

@@ -26,7 +26,7 @@ from psycopg import AsyncConnection
 
 from factstream import Caches, HostApi, cached
 from factstream_events.changes import ChangeCache
-from factstream_events.errors import InvalidEvent
+from factstream_events.errors import InvalidParam
 from factstream_events.reads import COLUMNS, Reads, Row, parse_token, row_of
 from factstream_events.rows import EV, STATE, STATE_ALL, STREAM, EventsRow, event_data, state_data
 from factstream_events.validate import MEMBER
@@ -189,11 +189,11 @@ class Timeline:
         """What is new for ``user`` after ``since`` (an ``s`` token; None: nothing, just the token
         to start from)."""
         if not 1 <= limit <= MAX_TIMELINE:
-            raise InvalidEvent(f"limit: must be from 1 to {MAX_TIMELINE}, not {limit}")
+            raise InvalidParam(f"limit: must be from 1 to {MAX_TIMELINE}, not {limit}")
         upto = self._stream.current_token()
         token = parse_token("from", since)
         if token is not None and token.topological is not None:
-            raise InvalidEvent(f"from: give a stream token (s...), not the room token {since}")
+            raise InvalidParam(f"from: give a stream token (s...), not the room token {since}")
         after = token.stream if token is not None else upto
         nothing = NewEvents(f"s{upto}", [], [])
         if after >= upto:
@@ -224,10 +224,9 @@ class Timeline:
                         caps[change.room_id] = upto
                         memberships_now[change.room_id] = "join"
             timelines = await self._new_in_rooms(conn, user, caps, memberships_now, after, upto, limit)
-            # the user's own membership changes, read as a member would (an invite is theirs to see)
-            memberships = await self.reads.for_user(
-                conn, user, changes, is_peeking=dict.fromkeys({c.room_id for c in changes}, False)
-            )
+            # the user's own membership changes are theirs to see whatever the room's history
+            # visibility (an invite to a `joined` room too), as the reference's sync sends them
+            memberships = await self.reads.format(conn, [(c, c.membership) for c in changes])
         return NewEvents(f"s{upto}", memberships, timelines)
 
     async def _new_in_rooms(
@@ -282,9 +281,9 @@ class Timeline:
         """The newest ``limit`` events of each of ``user``'s ``rooms`` most recent rooms, most recent
         room first (joined rooms ranked by their last shown event, invites by the invite)."""
         if not 1 <= rooms <= MAX_ROOMS:
-            raise InvalidEvent(f"rooms: must be from 1 to {MAX_ROOMS}, not {rooms}")
+            raise InvalidParam(f"rooms: must be from 1 to {MAX_ROOMS}, not {rooms}")
         if not 1 <= limit <= MAX_TIMELINE:
-            raise InvalidEvent(f"limit: must be from 1 to {MAX_TIMELINE}, not {limit}")
+            raise InvalidParam(f"limit: must be from 1 to {MAX_TIMELINE}, not {limit}")
         async with self.host.database().autocommit() as conn:
             cur = await conn.execute(_RECENT, {"user": user, "rooms": rooms, "limit": limit + 1})
             fetched = await cur.fetchall()
@@ -301,7 +300,10 @@ class Timeline:
                 rows = sorted(by_room[room_id], key=lambda row: (row.topological, row.stream), reverse=True)
                 limited = len(rows) > limit
                 kept = rows[:limit][::-1]
-                events = await self.reads.for_user(conn, user, kept, is_peeking=peeking)
+                if order[room_id][0] == "invite":  # the invite itself, whatever the visibility
+                    events = await self.reads.format(conn, [(row, row.membership) for row in kept])
+                else:
+                    events = await self.reads.for_user(conn, user, kept, is_peeking=peeking)
                 first = kept[0] if kept else None
                 prev = f"t{first.topological}-{first.stream - 1}" if first is not None and limited else None
                 out.append(RoomTimeline(room_id, order[room_id][0], events, limited, prev))
