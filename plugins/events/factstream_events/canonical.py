@@ -208,20 +208,36 @@ class _NonFiniteConstant:
 _SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 
 
-def _build_object(pairs: list[tuple[str, Any]], odd: list[str]) -> dict[str, Any]:
-    """``object_pairs_hook``: a plain dict, or one marked with its first repeated key (noted in ``odd``)."""
+#: Counts the duplicate keys and non-finite constants the parsers met (in any thread): a parse that sees
+#: it move may have met one and walks its value. It only grows, so a parse that met one always sees it move.
+_odd = [0]
+
+
+def _build_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: a plain dict, or one marked with its first repeated key (counted in ``_odd``)."""
     value = dict(pairs)
     if len(value) == len(pairs):
         return value
+    _odd[0] += 1
     seen: set[str] = set()
     for key, _ in pairs:
         if key in seen:
             marked = _DuplicateKeyObject(pairs)
             marked.duplicate = key
-            odd.append(key)
             return marked
         seen.add(key)
     raise AssertionError("unreachable: a shorter dict has a repeated key")
+
+
+def _constant(name: str) -> _NonFiniteConstant:
+    """``parse_constant``: ``NaN`` and the infinities, refused by the walk with their path."""
+    _odd[0] += 1
+    return _NonFiniteConstant(name)
+
+
+_STRICT = json.JSONDecoder(object_pairs_hook=_build_object, parse_constant=_constant, strict=True)
+#: Lets a raw NUL (a control character) through, so that the walk can name the string it is in.
+_LENIENT = json.JSONDecoder(object_pairs_hook=_build_object, parse_constant=_constant, strict=False)
 
 
 def parse_event_json(data: bytes | str) -> dict[str, Any]:
@@ -234,11 +250,11 @@ def parse_event_json(data: bytes | str) -> dict[str, Any]:
     object. Floats and integers of any size are accepted: only :func:`canonical_json` refuses them.
     """
     text = _decode(data)
-    odd: list[str] = []
-    value = _load(text, odd)
+    odd = _odd[0]
+    value = _load(text)
     if not isinstance(value, dict):
         raise EventJsonError(f"an event must be a JSON object, not {_json_kind(value)}")
-    if odd or isinstance(data, str) or ("\\u" in text and _SUSPECT_ESCAPE.search(text)):
+    if odd != _odd[0] or isinstance(data, str) or ("\\u" in text and _SUSPECT_ESCAPE.search(text)):
         # A duplicate key, NaN or Infinity, an escaped NUL or surrogate, or text that was never UTF-8:
         # the walk finds it and names its path. Decoded UTF-8 holds no raw surrogate, and a raw NUL
         # fails the strict parse.
@@ -260,12 +276,12 @@ def _decode(data: bytes | str) -> str:
         raise EventJsonError(f"not valid UTF-8: {exc.reason} at byte offset {exc.start}") from None
 
 
-def _load(text: str, odd: list[str]) -> Any:
+def _load(text: str) -> Any:
     try:
-        return _loads(text, odd, strict=True)
+        return _STRICT.decode(text)
     except json.JSONDecodeError as exc:
         if "\x00" in text:
-            return _load_with_raw_nul(text, exc, odd)
+            return _load_with_raw_nul(text, exc)
         raise EventJsonError(f"not valid JSON: {exc}") from None
     except RecursionError:
         raise EventJsonError("not valid JSON: nested too deeply") from None
@@ -273,26 +289,14 @@ def _load(text: str, odd: list[str]) -> Any:
         raise EventJsonError(f"not valid JSON: {exc}") from None
 
 
-def _loads(text: str, odd: list[str], *, strict: bool) -> Any:
-    """``json.loads`` marking duplicate keys and non-finite constants (each also noted in ``odd``)."""
-
-    def constant(name: str) -> _NonFiniteConstant:
-        odd.append(name)
-        return _NonFiniteConstant(name)
-
-    return json.loads(
-        text, strict=strict, object_pairs_hook=lambda pairs: _build_object(pairs, odd), parse_constant=constant
-    )
-
-
-def _load_with_raw_nul(text: str, strict_error: json.JSONDecodeError, odd: list[str]) -> Any:
+def _load_with_raw_nul(text: str, strict_error: json.JSONDecodeError) -> Any:
     """Parse text holding a raw NUL leniently, so that the walk after parsing can name the field it is in.
 
     Only used to locate the NUL: :func:`_check_parsed` refuses the result whatever else it holds.
     """
-    odd.append("\x00")
+    _odd[0] += 1
     try:
-        return _loads(text, odd, strict=False)
+        return _LENIENT.decode(text)
     except (ValueError, RecursionError):
         position = text.index("\x00")
         raise EventJsonError(f"not valid JSON: {strict_error} (a NUL byte is at character {position})") from None

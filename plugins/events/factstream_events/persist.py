@@ -83,7 +83,7 @@ class Persisted:
     stream_ids: dict[str, int]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Held:
     """What the batch needs of an event already held (or stored earlier in the batch)."""
 
@@ -210,6 +210,30 @@ WHERE room_id = %(room_id)s
 """
 
 
+@dataclass(frozen=True, slots=True)
+class _Lookups:
+    """What a batch reads before its work: held events, earlier redactions of its events, and those of its
+    events that already have children (remote batches only)."""
+
+    held: list[tuple[Any, ...]]
+    redactions: list[tuple[Any, ...]]
+    children: set[str]
+
+
+async def _send_lookups(
+    conn: AsyncConnection[Any], room_id: str, ids: list[str], batch_ids: list[str], children: bool
+) -> tuple[Any, Any, Any]:
+    """Send the lookups of a batch (in a pipeline: their results come with its sync)."""
+    held = await conn.execute(_HELD, {"ids": ids, "batch": batch_ids})
+    redactions = await conn.execute(_EARLIER_REDACTIONS, {"ids": batch_ids, "room_id": room_id})
+    return held, redactions, await conn.execute(_CHILDREN, {"ids": batch_ids}) if children else None
+
+
+async def _fetch_lookups(held: Any, redactions: Any, children: Any) -> _Lookups:
+    found = {str(r[0]) for r in await children.fetchall()} if children is not None else set()
+    return _Lookups(await held.fetchall(), await redactions.fetchall(), found)
+
+
 class _Replan(Exception):
     """A batch's planned state group equals one already stored: persist the batch again, unplanned."""
 
@@ -326,10 +350,18 @@ class Persister:
             if e.fields.room_id != room_id:
                 raise InvalidEvent(f"event {e.event_id}: room_id is {e.fields.room_id}, not {room_id}")
 
+        batch_ids = [e.event_id for e in batch]
+        wanted = list({p: None for e in batch for p in (e.event_id, *e.fields.prev_events)})
+
         async def attempt(plan: StatePlan | None) -> Persisted:
             async with self._room_transaction(room_id) as txn:
-                room = await self._lock_room(txn.conn, room_id)
-                outcome = await self._persist(txn, room_id, room, batch, backfill, local, room_version, plan)
+                conn = txn.conn
+                async with conn.pipeline():  # the lock and the lookups (taken under it): one round trip
+                    cur = await conn.execute(_LOCK_ROOM, {"room_id": room_id})
+                    sent = await _send_lookups(conn, room_id, wanted, batch_ids, not local and not backfill)
+                room = await cur.fetchone()
+                found = await _fetch_lookups(*sent)
+                outcome = await self._persist(txn, room_id, room, batch, backfill, local, room_version, plan, found)
                 if before_commit is not None:
                     await before_commit(txn, outcome)
             return outcome
@@ -407,11 +439,13 @@ class Persister:
         local: bool,
         room_version: str | None,
         plan: StatePlan | None,
+        found: _Lookups | None = None,
     ) -> Persisted:
         """The batch's work inside ``txn``; ``room`` is the room's row, already locked (None: not held).
 
         ``plan``: the batch's new state groups are written together (see ``statestore``); :class:`_Replan`
-        when one of them was already stored."""
+        when one of them was already stored. ``found``: the lookups of :func:`_send_lookups`, made with the
+        lock (of the batch's events and every prev_event), or None to make them now."""
         conn = txn.conn
         if room is None:
             create = next((e for e in batch if e.fields.type == CREATE and e.fields.state_key == ""), None)
@@ -437,16 +471,13 @@ class Persister:
         for eid, (depth, stream, group) in view.extremities.items():
             held[eid] = _Held(False, depth, stream, group, None)
         batch_set = set(batch_ids)
-        lookup = [i for i in wanted if i not in held or i in batch_set]
-        # One round trip: what is held, earlier redactions of the batch's events, and which of them
-        # already have children (a remote batch's forward extremities).
-        async with conn.pipeline():
-            held_cur = await conn.execute(_HELD, {"ids": lookup, "batch": batch_ids})
-            redactions_cur = await conn.execute(_EARLIER_REDACTIONS, {"ids": batch_ids, "room_id": room_id})
-            children_cur = None if local or backfill else await conn.execute(_CHILDREN, {"ids": batch_ids})
-        has_children = {str(r[0]) for r in await children_cur.fetchall()} if children_cur is not None else set()
-        earlier_redactions = await redactions_cur.fetchall()
-        for eid, other_room, outlier, depth, stream, group, membership, raw in await held_cur.fetchall():
+        if found is None:
+            lookup = [i for i in wanted if i not in held or i in batch_set]
+            async with conn.pipeline():
+                sent = await _send_lookups(conn, room_id, lookup, batch_ids, not local and not backfill)
+            found = await _fetch_lookups(*sent)
+        has_children, earlier_redactions = found.children, found.redactions
+        for eid, other_room, outlier, depth, stream, group, membership, raw in found.held:
             if eid in batch_set and other_room != room_id:
                 raise EventConflict(f"event {eid} is already stored in another room, {other_room}")
             held[str(eid)] = _Held(
