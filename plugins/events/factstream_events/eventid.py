@@ -20,7 +20,13 @@ import hashlib
 from typing import Any
 
 from factstream_events.canonical import canonical_json
-from factstream_events.prune import _kept_top_level_keys, _pruned_content, _rules, check_room_version
+from factstream_events.prune import (
+    KNOWN_ROOM_VERSIONS,
+    _kept_top_level_keys,
+    _pruned_content,
+    _rules,
+    check_room_version,
+)
 
 __all__ = [
     "EventIdError",
@@ -77,11 +83,16 @@ def reference_hash(event: dict[str, Any], room_version: str) -> bytes:
     return hashlib.sha256(canonical_json(pruned)).digest()
 
 
+#: Each room version's pruning rules and the top-level keys they keep.
+_PRUNING = {v: (_rules(v), _kept_top_level_keys(_rules(v))) for v in KNOWN_ROOM_VERSIONS}
+
+
 def _pruned_view(event: dict[str, Any], room_version: str) -> dict[str, Any]:
     """:func:`~factstream_events.prune.prune_event` for hashing only: the kept top-level values are shared
     with ``event``, not copied (the result is encoded and dropped, never changed)."""
-    rules = _rules(room_version)
-    kept = _kept_top_level_keys(rules)
+    if room_version not in _PRUNING:
+        check_room_version(room_version)  # raises UnknownRoomVersion
+    rules, kept = _PRUNING[room_version]
     return {
         key: _pruned_content(event.get("type"), value, rules) if key == "content" else value
         for key, value in event.items()

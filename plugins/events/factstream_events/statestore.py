@@ -260,7 +260,12 @@ class StateStore:
         base_pos = base_position(position)
         if parent is None or base_pos == parent.position:
             base = parent
-            delta: Mapping[str, Mapping[str, str | None]] = diff(before, state)
+            # the change itself, less what it sets to the value already there (not a walk of the state)
+            delta: Mapping[str, Mapping[str, str | None]] = {
+                t: real
+                for t, keys in change.items()
+                if (real := {k: v for k, v in keys.items() if before.get(t, {}).get(k) != v})
+            }
         else:
             base = await self._ancestor(conn, parent, base_pos)
             delta = diff(base.state if base is not None else EMPTY_STATE, state)
