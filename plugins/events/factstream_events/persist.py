@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+import psycopg
 from psycopg import AsyncConnection
 
 from factstream import HostApi, Transaction
@@ -138,15 +139,18 @@ INSERT INTO events (event_id, room_id, stream_ordering, instance_name, topologic
     sender, origin_server_ts, received_ts, outlier, backfilled, state_group, visibility, membership,
     prev_membership, redacts, relates_to, redacted_by)
 SELECT e.event_id, %(room_id)s, e.stream, %(instance)s, e.depth, e.type, e.state_key, e.sender, e.ts, %(received)s,
-    e.outlier, %(backfilled)s, e.state_group, e.visibility, e.membership, e.prev_membership, e.redacts, e.relates_to,
-    e.redacted_by
+    e.outlier, %(backfilled)s, e.state_group, e.visibility, e.membership,
+    COALESCE(e.prev_membership, (SELECT p.membership FROM events p WHERE p.event_id = e.prev_member_event)),
+    e.redacts, e.relates_to, e.redacted_by
 FROM json_to_recordset(%(rows)s::json) AS e(event_id text, stream bigint, depth bigint, type text, state_key text,
     sender text, ts bigint, outlier boolean, state_group bigint, visibility text, membership text,
-    prev_membership text, redacts text, relates_to text, redacted_by text)
+    prev_membership text, prev_member_event text, redacts text, relates_to text, redacted_by text)
 """
 _DEOUTLIER = """
 UPDATE events SET outlier = FALSE, state_group = %(state_group)s, visibility = %(visibility)s,
-    prev_membership = %(prev_membership)s, redacted_by = COALESCE(redacted_by, %(redacted_by)s)
+    prev_membership = COALESCE(%(prev_membership)s::text,
+        (SELECT p.membership FROM events p WHERE p.event_id = %(prev_member_event)s::text)),
+    redacted_by = COALESCE(redacted_by, %(redacted_by)s)
 WHERE event_id = %(event_id)s
 """
 _INSERT_JSON = """
@@ -236,6 +240,16 @@ async def _fetch_lookups(held: Any, redactions: Any, children: Any) -> _Lookups:
 
 class _Replan(Exception):
     """A batch's planned state group equals one already stored: persist the batch again, unplanned."""
+
+
+class _Careful(Exception):
+    """A local batch written without looking first found one of its events held or redacted already:
+    persist it again, looking first."""
+
+
+#: ``found`` of a local batch whose lookups go with its writes (their events are new: hashes of content,
+#: time and the room's current extremities); anything they find makes the batch :class:`_Careful`.
+_ASSUMED_NEW = _Lookups([], [], set())
 
 
 def _rows(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -366,15 +380,27 @@ class Persister:
                     await before_commit(txn, outcome)
             return outcome
 
-        return await self._planned(room_id, attempt)
+        return await self._attempts(room_id, lambda plan, _: attempt(plan))
 
-    async def _planned(self, room_id: str, attempt: Callable[[StatePlan | None], Awaitable[Persisted]]) -> Persisted:
-        """``attempt`` with its state groups planned (written in one statement); if one of them was
-        already stored, the transaction is rolled back and the batch persisted again group by group."""
-        try:
-            return await attempt(StatePlan(room_id))
-        except _Replan:
-            return await attempt(None)
+    async def _attempts(
+        self, room_id: str, attempt: Callable[[StatePlan | None, bool], Awaitable[Persisted]]
+    ) -> Persisted:
+        """``attempt(plan, optimistic)``: first with the batch's state groups planned (written in one
+        statement) and, for a local batch, its lookups sent with its writes. If a planned state was
+        already stored, or a local batch's event was held or redacted already, the transaction is
+        rolled back and the batch persisted again: group by group, or looking first."""
+        planned, optimistic = True, True
+        while True:
+            try:
+                return await attempt(StatePlan(room_id) if planned else None, optimistic)
+            except _Replan:
+                if not planned:
+                    raise
+                planned = False
+            except _Careful:
+                if not optimistic:
+                    raise
+                optimistic = False
 
     @contextlib.asynccontextmanager
     async def _room_transaction(self, room_id: str) -> AsyncIterator[Transaction]:
@@ -407,7 +433,7 @@ class Persister:
         can come in between. ``new_room_version``: the room is new (``build`` makes its create event).
         """
 
-        async def attempt(plan: StatePlan | None) -> Persisted:
+        async def attempt(plan: StatePlan | None, optimistic: bool) -> Persisted:
             async with self._room_transaction(room_id) as txn:
                 conn = txn.conn
                 room = await self._lock_room(conn, room_id)
@@ -420,14 +446,14 @@ class Persister:
                 elif new_room_version is None:
                     raise UnknownRoom(f"room {room_id} is not known here")
                 batch = await build(conn, view, current)
-                outcome = await self._persist(
-                    txn, room_id, room, batch, False, True, new_room_version if room is None else None, plan
-                )
+                version = new_room_version if room is None else None
+                found = _ASSUMED_NEW if optimistic else None
+                outcome = await self._persist(txn, room_id, room, batch, False, True, version, plan, found)
                 if before_commit is not None:
                     await before_commit(txn, outcome)
             return outcome
 
-        return await self._planned(room_id, attempt)
+        return await self._attempts(room_id, attempt)
 
     async def _persist(
         self,
@@ -529,6 +555,7 @@ class Persister:
                 "visibility": "shared",
                 "membership": f.membership,
                 "prev_membership": None,
+                "prev_member_event": None,  # the previous membership is this event's, when not known here
                 "redacts": redacts_target(dict(e.event), rooms_version) if f.type == REDACTION else None,
                 "relates_to": f.relates_to,
                 "redacted_by": None,
@@ -571,22 +598,17 @@ class Persister:
             kept = held[e.event_id].stream if e.event_id in held else 0  # a de-outliered event keeps its ordering
             held[e.event_id] = _Held(False, f.depth, kept, row["state_group"], f.membership)
 
-        # previous memberships: from the batch, else one query
-        unknown = [
-            m
-            for m in member_lookups.values()
-            if m not in in_batch and (held.get(m) is None or held[m].membership is None)
-        ]
+        # previous memberships: from the batch or what is held, else read by the statement writing the row
         memberships = {eid: e.fields.membership for eid, e in in_batch.items()}
         for eid, h in held.items():
             if h.membership is not None:
                 memberships.setdefault(eid, h.membership)
-        if unknown:
-            cur = await conn.execute(_MEMBERSHIPS, {"ids": unknown})
-            memberships.update({str(r[0]): r[1] for r in await cur.fetchall()})
         by_id = {r["event_id"]: r for r in rows}
         for eid, prev in member_lookups.items():
-            by_id[eid]["prev_membership"] = memberships.get(prev)
+            known = memberships.get(prev)
+            by_id[eid]["prev_membership"] = known
+            if known is None:
+                by_id[eid]["prev_member_event"] = prev
 
         # redactions: earlier ones of these events, then the batch's own
         for target, redaction in earlier_redactions:
@@ -646,53 +668,68 @@ class Persister:
             top = max(shown, key=lambda r: held_stream(r, held))
             last_stream, last_event = held_stream(top, held), top["event_id"]
         ids_of = {"room_id": room_id}
-        async with conn.pipeline(), conn.cursor() as c:
-            if new_rows:
-                params = {"room_id": room_id, "instance": instance, "received": received, "backfilled": backfill}
-                await c.execute(_INSERT_EVENTS, {**params, "rows": _rows(new_rows)})
-                fresh = [e for e in ordered if e.event_id not in deoutliered]
-                await c.execute(
-                    _INSERT_JSON, {**ids_of, "event_id": [e.event_id for e in fresh], "json": [e.raw for e in fresh]}
-                )
-            for r in re_rows:
-                await c.execute(_DEOUTLIER, r)
-            for r, sid in zip(re_rows, ex_ids, strict=True):
-                await c.execute(_INSERT_EX_OUTLIER, {"stream": sid, "instance": instance, "event_id": r["event_id"]})
-            edges = [{"e": e.event_id, "p": p} for e in ordered if not e.outlier for p in e.fields.prev_events]
-            if edges:
-                await c.execute(_INSERT_EDGES, {**ids_of, "rows": _rows(edges)})
-            members = [dict(r, stream=held_stream(r, held)) for r in rows if r["membership"] is not None]
-            if members:
-                await c.execute(_INSERT_MEMBERSHIPS, {**ids_of, "rows": _rows(members)})
-            redactions = [r for r in rows if r["redacts"]]
-            if redactions:
-                await c.executemany(
-                    _INSERT_REDACTION,
-                    [
-                        {"event_id": r["event_id"], "redacts": r["redacts"], "room_id": room_id, "ts": received}
+        checks = None
+        try:
+            async with conn.pipeline(), conn.cursor() as c:
+                if found is _ASSUMED_NEW:  # the lookups, checked after the sync
+                    checks = await _send_lookups(conn, room_id, batch_ids, batch_ids, False)
+                if new_rows:
+                    params = {"room_id": room_id, "instance": instance, "received": received, "backfilled": backfill}
+                    await c.execute(_INSERT_EVENTS, {**params, "rows": _rows(new_rows)})
+                    fresh = [e for e in ordered if e.event_id not in deoutliered]
+                    await c.execute(
+                        _INSERT_JSON,
+                        {**ids_of, "event_id": [e.event_id for e in fresh], "json": [e.raw for e in fresh]},
+                    )
+                for r in re_rows:
+                    await c.execute(_DEOUTLIER, r)
+                for r, sid in zip(re_rows, ex_ids, strict=True):
+                    await c.execute(
+                        _INSERT_EX_OUTLIER, {"stream": sid, "instance": instance, "event_id": r["event_id"]}
+                    )
+                edges = [{"e": e.event_id, "p": p} for e in ordered if not e.outlier for p in e.fields.prev_events]
+                if edges:
+                    await c.execute(_INSERT_EDGES, {**ids_of, "rows": _rows(edges)})
+                members = [dict(r, stream=held_stream(r, held)) for r in rows if r["membership"] is not None]
+                if members:
+                    await c.execute(_INSERT_MEMBERSHIPS, {**ids_of, "rows": _rows(members)})
+                redactions = [r for r in rows if r["redacts"]]
+                if redactions:
+                    await c.executemany(
+                        _INSERT_REDACTION,
+                        [
+                            {"event_id": r["event_id"], "redacts": r["redacts"], "room_id": room_id, "ts": received}
+                            for r in redactions
+                        ],
+                    )
+                    applied = [
+                        {"event_id": r["event_id"], "redacts": r["redacts"], "room_id": room_id}
                         for r in redactions
-                    ],
+                        if r["redacts"] not in by_id
+                    ]
+                    if applied:
+                        await c.executemany(_APPLY_REDACTION, applied)
+                normal = [e for e in ordered if not e.outlier]
+                if normal and not local:
+                    await c.execute(_DROP_BACKWARD, {**ids_of, "ids": [e.event_id for e in normal]})
+                if backward:
+                    await c.execute(_ADD_BACKWARD, {**ids_of, "ids": sorted(backward)})
+                if advance is not None:
+                    await self._write_advance(c, view, advance, rows, held, ids[0] if ids else 0, instance)
+                if plan is not None:
+                    await self.states.flush(conn, plan)
+                await c.execute(
+                    _UPDATE_ROOM,
+                    {"room_id": room_id, "current": current, "last_stream": last_stream, "last_event": last_event},
                 )
-                applied = [
-                    {"event_id": r["event_id"], "redacts": r["redacts"], "room_id": room_id}
-                    for r in redactions
-                    if r["redacts"] not in by_id
-                ]
-                if applied:
-                    await c.executemany(_APPLY_REDACTION, applied)
-            normal = [e for e in ordered if not e.outlier]
-            if normal and not local:
-                await c.execute(_DROP_BACKWARD, {**ids_of, "ids": [e.event_id for e in normal]})
-            if backward:
-                await c.execute(_ADD_BACKWARD, {**ids_of, "ids": sorted(backward)})
-            if advance is not None:
-                await self._write_advance(c, view, advance, rows, held, ids[0] if ids else 0, instance)
-            if plan is not None:
-                await self.states.flush(conn, plan)
-            await c.execute(
-                _UPDATE_ROOM,
-                {"room_id": room_id, "current": current, "last_stream": last_stream, "last_event": last_event},
-            )
+        except psycopg.errors.UniqueViolation:
+            if found is _ASSUMED_NEW:
+                raise _Careful(f"room {room_id}: an event of the local batch is already held") from None
+            raise
+        if checks is not None:
+            looked = await _fetch_lookups(*checks)
+            if looked.held or looked.redactions:
+                raise _Careful(f"room {room_id}: an event of the local batch is already held or redacted")
         if plan is not None and not self.states.settle(plan):
             raise _Replan(f"a state of room {room_id} planned by the batch is already stored")
         view.writes += 1  # the room's row is locked: the count read with it, plus this batch
