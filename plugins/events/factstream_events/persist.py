@@ -181,9 +181,19 @@ WHERE event_id = %(redacts)s AND room_id = %(room_id)s AND redacted_by IS NULL A
 _INSERT_EX_OUTLIER = (
     "INSERT INTO ex_outlier_stream (stream_id, instance_name, event_id) VALUES (%(stream)s, %(instance)s, %(event_id)s)"
 )
-_DROP_FORWARD = "DELETE FROM event_forward_extremities WHERE room_id = %(room_id)s"
-_ADD_FORWARD = """
+#: The room's forward extremities replaced by ``ids`` (the sub-statements see the same snapshot: the
+#: delete keeps the rows the insert would meet).
+_SET_FORWARD = """
+WITH dropped AS (
+    DELETE FROM event_forward_extremities WHERE room_id = %(room_id)s AND event_id <> ALL(%(ids)b::text[])
+)
 INSERT INTO event_forward_extremities (room_id, event_id) SELECT %(room_id)s, unnest(%(ids)b::text[])
+ON CONFLICT DO NOTHING
+"""
+#: Whether any of a local batch's events is held or redacted already (:class:`_Careful`).
+_HELD_OR_REDACTED = """
+SELECT EXISTS (SELECT 1 FROM events WHERE event_id = ANY(%(ids)b::text[]))
+    OR EXISTS (SELECT 1 FROM redactions WHERE redacts = ANY(%(ids)b::text[]))
 """
 _DROP_BACKWARD = """
 DELETE FROM event_backward_extremities WHERE room_id = %(room_id)s AND event_id = ANY(%(ids)b::text[])
@@ -671,8 +681,8 @@ class Persister:
         checks = None
         try:
             async with conn.pipeline(), conn.cursor() as c:
-                if found is _ASSUMED_NEW:  # the lookups, checked after the sync
-                    checks = await _send_lookups(conn, room_id, batch_ids, batch_ids, False)
+                if found is _ASSUMED_NEW:  # checked after the sync
+                    checks = await conn.execute(_HELD_OR_REDACTED, {"ids": batch_ids})
                 if new_rows:
                     params = {"room_id": room_id, "instance": instance, "received": received, "backfilled": backfill}
                     await c.execute(_INSERT_EVENTS, {**params, "rows": _rows(new_rows)})
@@ -727,8 +737,8 @@ class Persister:
                 raise _Careful(f"room {room_id}: an event of the local batch is already held") from None
             raise
         if checks is not None:
-            looked = await _fetch_lookups(*checks)
-            if looked.held or looked.redactions:
+            row = await checks.fetchone()
+            if row is None or row[0]:
                 raise _Careful(f"room {room_id}: an event of the local batch is already held or redacted")
         if plan is not None and not self.states.settle(plan):
             raise _Replan(f"a state of room {room_id} planned by the batch is already stored")
@@ -831,9 +841,7 @@ class Persister:
             eid: (d, held_stream(by_id[eid], held) if eid in by_id else s, g)
             for eid, (d, s, g) in advance.extremities.items()
         }
-        await c.execute(_DROP_FORWARD, {"room_id": room_id})
-        if extremities:
-            await c.execute(_ADD_FORWARD, {"room_id": room_id, "ids": list(extremities)})
+        await c.execute(_SET_FORWARD, {"room_id": room_id, "ids": list(extremities)})
         view.extremities = extremities
         if advance.sets:
             await c.execute(_SET_STATE, {"room_id": room_id, "rows": _rows(advance.sets)})
