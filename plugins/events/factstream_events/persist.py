@@ -737,8 +737,8 @@ class Persister:
                 raise _Careful(f"room {room_id}: an event of the local batch is already held") from None
             raise
         if checks is not None:
-            row = await checks.fetchone()
-            if row is None or row[0]:
+            already = await checks.fetchone()
+            if already is None or already[0]:
                 raise _Careful(f"room {room_id}: an event of the local batch is already held or redacted")
         if plan is not None and not self.states.settle(plan):
             raise _Replan(f"a state of room {room_id} planned by the batch is already stored")
