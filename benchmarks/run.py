@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import caches_invalidation
 import codec
+import events_storage
 import idgen_append
 import replication_e2e
 import spark_export
@@ -28,13 +29,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement (default 3)")
     parser.add_argument(
         "--only",
-        choices=["idgen", "codec", "replication", "caches", "export", "sync"],
+        choices=["idgen", "codec", "replication", "caches", "export", "sync", "events"],
         action="append",
         help="run only these (repeatable)",
     )
     parser.add_argument("--export-facts", type=int, default=1_000_000, help="facts in the Spark export benchmark")
     parser.add_argument("--catch-up-facts", type=int, default=1_000_000, help="facts behind for the catch-up test")
     parser.add_argument("--sync-polls", type=int, default=10_000, help="idle long polls in the sync benchmark")
+    parser.add_argument("--events-scale", type=float, default=1.0, help="scale of the events benchmark's sizes")
     args = parser.parse_args()
     server = os.environ.get("FACTSTREAM_BENCH_DATABASE_URL") or os.environ.get("FACTSTREAM_TEST_DATABASE_URL")
     if not server:
@@ -50,7 +52,7 @@ def main() -> None:
         migrator = Migrator(url, load_plugins())
         migrator.upgrade()
         migrator.close()
-        only = set(args.only or ["idgen", "codec", "replication", "caches", "export", "sync"])
+        only = set(args.only or ["idgen", "codec", "replication", "caches", "export", "sync", "events"])
         if "idgen" in only:
             print(f"idgen append ({args.seconds:g} s each):", flush=True)
             for line in idgen_append.run(url, args.seconds):
@@ -76,6 +78,14 @@ def main() -> None:
             print(f"/sync wake-ups with {args.sync_polls:,} idle long polls (one host, local writes):", flush=True)
             for line in sync_wakeup.run(url, args.sync_polls):
                 print("  " + line, flush=True)
+        if "events" in only:
+            print(
+                f"events plugin: room event storage ({args.seconds:g} s a rate, scale {args.events_scale:g}):",
+                flush=True,
+            )
+            events_storage.run(
+                url, args.seconds, scale=args.events_scale, emit=lambda line: print("  " + line, flush=True)
+            )
     finally:
         drop_database(url)
 
