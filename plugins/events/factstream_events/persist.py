@@ -53,7 +53,7 @@ from factstream_events.rows import (
     state_all_row,
     state_row,
 )
-from factstream_events.statemath import State, diff
+from factstream_events.statemath import Delta, State, diff
 from factstream_events.statestore import Group, StatePlan, StateStore
 from factstream_events.validate import CREATE, HISTORY_VISIBILITY, MEMBER, NEVER_SHOWN, REDACTION, EventFields
 from factstream_events.visibility import HistoryVisibility, parse_history_visibility, stored_visibility
@@ -548,6 +548,7 @@ class Persister:
         # -- state, visibility and membership per event ---------------------------------------------
         rows: list[dict[str, Any]] = []
         member_lookups: dict[str, str] = {}  # new event id -> the event id whose membership is the previous one
+        derived: dict[int, tuple[int, Delta]] = {}  # group -> (the group it was made from, the change)
         backward: set[str] = set()
         for e in ordered:
             f = e.fields
@@ -597,6 +598,8 @@ class Persister:
             if f.state_key is not None:
                 change = {f.type: {f.state_key: e.event_id}}
                 after = await self.states.store(conn, room_id, before, change, plan)
+                if after is not before and before is not None:
+                    derived[after.id] = (before.id, change)
             vis_before = await self._visibility(conn, view, before, in_batch)
             vis_after = vis_before if after is before else await self._visibility(conn, view, after, in_batch)
             row["visibility"] = stored_visibility(f.type, f.state_key, vis_after, vis_before)
@@ -633,7 +636,7 @@ class Persister:
         # -- forward extremities and current state (their state rows go out with the first new ID) -----
         advance: _Advance | None = None
         if not backfill and any(not e.outlier for e in ordered):
-            advance = await self._advance(conn, view, ordered, rows, held, has_children, memberships, plan)
+            advance = await self._advance(conn, view, ordered, rows, held, has_children, memberships, plan, derived)
 
         # -- stream IDs, as late as possible --------------------------------------------------------
         instance = self.host.instance_name
@@ -771,10 +774,13 @@ class Persister:
         has_children: set[str],
         memberships: Mapping[str, str | None],
         plan: StatePlan | None,
+        derived: Mapping[int, tuple[int, Delta]],
     ) -> _Advance:
         """The forward extremities and the current state after the batch (written by :meth:`_write_advance`).
 
-        ``has_children``: the batch's events that already had children when it started (remote batches)."""
+        ``has_children``: the batch's events that already had children when it started (remote batches);
+        ``derived``: the groups the batch made from others by a change (the current state's change is
+        composed from them when it can be: no comparison of whole states)."""
         room_id = view.room_id
         by_id = {r["event_id"]: r for r in rows}
         normal = [e for e in ordered if not e.outlier]
@@ -807,7 +813,8 @@ class Persister:
         sets: list[dict[str, Any]] = []
         drops: list[dict[str, Any]] = []
         deltas: list[tuple[str, str, str | None, str | None]] = []
-        for event_type, keys in sorted(diff(old_state, new.state).items()):
+        changed = _changes_between(view.current, new.id, old_state, derived)
+        for event_type, keys in sorted((diff(old_state, new.state) if changed is None else changed).items()):
             for state_key, event_id in sorted(keys.items()):
                 key = {"room_id": room_id, "type": event_type, "state_key": state_key}
                 deltas.append((event_type, state_key, event_id, old_state.get(event_type, {}).get(state_key)))
@@ -851,6 +858,30 @@ class Persister:
             deltas = [{"t": t, "k": k, "e": e, "p": p} for t, k, e, p in advance.deltas]
             params = {"room_id": room_id, "stream": first_stream, "instance": instance, "rows": _rows(deltas)}
             await c.execute(_STATE_DELTA, params)
+
+
+def _changes_between(
+    old: int | None, new: int, old_state: State, derived: Mapping[int, tuple[int, Delta]]
+) -> dict[str, dict[str, str | None]] | None:
+    """``diff(old's state, new's state)`` composed from the changes that made ``new`` from ``old`` in this
+    batch; None when ``new`` was not made from ``old`` that way."""
+    chain: list[Delta] = []
+    gid = new
+    while gid != old:
+        step = derived.get(gid)
+        if step is None or len(chain) > len(derived):
+            return None
+        gid, change = step
+        chain.append(change)
+    composed: dict[str, dict[str, str | None]] = {}
+    for change in reversed(chain):
+        for event_type, keys in change.items():
+            composed.setdefault(event_type, {}).update(keys)
+    return {
+        t: real
+        for t, keys in composed.items()
+        if (real := {k: v for k, v in keys.items() if old_state.get(t, {}).get(k) != v})
+    }
 
 
 @dataclass(frozen=True, slots=True)
