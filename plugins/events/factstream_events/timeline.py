@@ -65,9 +65,9 @@ WHERE x.stream_id > %(since)s AND x.stream_id <= %(upto)s AND e.room_id = ANY(%(
 _RECENT = f"""
 WITH ranked AS (
     SELECT c.room_id, c.membership, c.event_id AS member_event,
-           CASE WHEN c.membership = 'join' THEN r.last_stream_ordering ELSE m.stream_ordering END AS rank
+           CASE WHEN c.membership = 'join' THEN r.last_stream_ordering
+                ELSE (SELECT m.stream_ordering FROM events m WHERE m.event_id = c.event_id) END AS rank
     FROM current_state_events c
-    JOIN events m ON m.event_id = c.event_id
     JOIN rooms r ON r.room_id = c.room_id
     WHERE c.type = 'm.room.member' AND c.state_key = %(user)s AND c.membership IN ('join', 'invite')
     ORDER BY rank DESC NULLS LAST, c.room_id LIMIT %(rooms)s
