@@ -184,3 +184,36 @@ async def test_an_outlier_joins_the_walk_when_persisted_normally(main, client):
         "SELECT stream_id FROM ex_outlier_stream WHERE event_id = %(e)s", {"e": g.ids["o"]}
     )
     assert len(rows) == 1 and rows[0][0] > stream_before
+
+
+async def forward_extremities(main: Host, room_id: str) -> set[str]:
+    rows = await main.api.database().fetchall(
+        "SELECT event_id FROM event_forward_extremities WHERE room_id = %(r)s", {"r": room_id}
+    )
+    return {str(r[0]) for r in rows}
+
+
+async def test_a_parent_arriving_after_its_child_is_not_a_forward_extremity(main, client):
+    g = Graph("!late-parent:elsewhere")
+    g.add("p", 3, "join")
+    g.add("c", 4, "p")
+    g.add("q", 3, "join")
+    g.add("d", 4, "q")
+    await g.post(client, "create", "join")
+    await g.post(client, "c")  # p is missing: a gap, and c an end of the room
+    assert await forward_extremities(main, g.room_id) == {g.ids["join"], g.ids["c"]}
+    await g.post(client, "p")  # p already has a child: it closes the gap and does not become an end
+    assert await forward_extremities(main, g.room_id) == {g.ids["c"]}
+    assert g.ids["p"] not in await backward_extremities(main, g.room_id)
+    # the same when the parent was held as an outlier before it is persisted normally
+    await g.post(client, "q", outlier=True)
+    await g.post(client, "d")
+    assert g.ids["q"] in await backward_extremities(main, g.room_id)
+    await g.post(client, "q")
+    assert await forward_extremities(main, g.room_id) == {g.ids["c"], g.ids["d"]}
+    assert await backward_extremities(main, g.room_id) == set()
+    # a parent sent in the same batch as its child is no end either, whatever the order in the batch
+    g.add("r", 5, "c", "d")
+    g.add("s", 6, "r")
+    await g.post(client, "s", "r")
+    assert await forward_extremities(main, g.room_id) == {g.ids["s"]}

@@ -119,15 +119,22 @@ SELECT e.event_id, e.topological_ordering, e.stream_ordering, e.state_group
 FROM event_forward_extremities f JOIN events e ON e.event_id = f.event_id
 WHERE f.room_id = %(room_id)s
 """
+#: The bytes of a held event are read only for the batch's own events (compared with the bytes sent).
 _HELD = """
 SELECT e.event_id, e.room_id, e.outlier, e.topological_ordering, e.stream_ordering, e.state_group, e.membership,
-       CASE WHEN e.event_id = ANY(%(batch)b::text[]) THEN j.json END
-FROM events e JOIN event_json j ON j.event_id = e.event_id
+       CASE WHEN e.event_id = ANY(%(batch)b::text[])
+            THEN (SELECT j.json FROM event_json j WHERE j.event_id = e.event_id) END
+FROM events e
 WHERE e.event_id = ANY(%(ids)b::text[])
 """
 _MEMBERSHIPS = "SELECT event_id, membership FROM events WHERE event_id = ANY(%(ids)b::text[])"
 _HV_JSON = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)b::text[])"
-_CHILDREN = "SELECT DISTINCT prev_event_id FROM event_edges WHERE prev_event_id = ANY(%(ids)b::text[])"
+#: Those of a batch's events that already have children: an event not yet held (or held as an outlier)
+#: that a stored event names among its prev_events is a backward extremity of the room until it is
+#: persisted normally, so the room's backward extremities (a short list) answer it, not ``event_edges``.
+_CHILDREN = """
+SELECT event_id FROM event_backward_extremities WHERE room_id = %(room_id)s AND event_id = ANY(%(ids)b::text[])
+"""
 _EARLIER_REDACTIONS = """
 SELECT redacts, event_id FROM redactions
 WHERE redacts = ANY(%(ids)b::text[]) AND room_id = %(room_id)s ORDER BY received_ts, event_id
@@ -240,7 +247,9 @@ async def _send_lookups(
     """Send the lookups of a batch (in a pipeline: their results come with its sync)."""
     held = await conn.execute(_HELD, {"ids": ids, "batch": batch_ids})
     redactions = await conn.execute(_EARLIER_REDACTIONS, {"ids": batch_ids, "room_id": room_id})
-    return held, redactions, await conn.execute(_CHILDREN, {"ids": batch_ids}) if children else None
+    if not children:
+        return held, redactions, None
+    return held, redactions, await conn.execute(_CHILDREN, {"ids": batch_ids, "room_id": room_id})
 
 
 async def _fetch_lookups(held: Any, redactions: Any, children: Any) -> _Lookups:
