@@ -21,6 +21,7 @@ from factstream import HostApi, LruCache
 from factstream_events.canonical import parse_event_json
 from factstream_events.errors import Forbidden, InvalidParam, UnknownEvent, UnknownRoom
 from factstream_events.prune import prune_event
+from factstream_events.statemath import StateMap
 from factstream_events.statestore import StateStore
 from factstream_events.tokens import RoomToken, TokenError, next_token, order_by, pagination_bounds
 from factstream_events.validate import MEMBER, NEVER_SHOWN, REDACTION
@@ -283,8 +284,9 @@ class Reads:
                 raise UnknownEvent(f"event {event_id} is not known here or {user} may not see it")
             return shown[0]
 
-    async def state_ids(self, room_id: str, at: str | None = None) -> dict[tuple[str, str], str]:
-        """The room's current state, or the state after event ``at``: ``(type, state_key) -> event_id``."""
+    async def state_ids(self, room_id: str, at: str | None = None) -> StateMap:
+        """The room's current state, or the state after event ``at``: ``(type, state_key) -> event_id``
+        (a read-only mapping over the stored state, not a copy of it)."""
         async with self.host.database().autocommit() as conn:
             await self.room_version(conn, room_id)
             if at is None:
@@ -292,7 +294,10 @@ class Reads:
                     "SELECT type, state_key, event_id FROM current_state_events WHERE room_id = %(room_id)s",
                     {"room_id": room_id},
                 )
-                return {(str(t), str(k)): str(e) for t, k, e in await cur.fetchall()}
+                current: dict[str, dict[str, str]] = {}
+                for t, k, e in await cur.fetchall():
+                    current.setdefault(str(t), {})[str(k)] = str(e)
+                return StateMap(current)
             rows = await self.rows(conn, [at])
             row = rows.get(at)
             if row is None or row.room_id != room_id:
@@ -300,7 +305,7 @@ class Reads:
             if row.state_group is None:
                 raise UnknownEvent(f"event {at} is an outlier: its state is not known here")
             group = await self.states.load(conn, room_id, row.state_group)
-            return {(t, k): e for t, inner in group.state.items() for k, e in inner.items()}
+            return StateMap(group.state)
 
     async def state_events(self, user: str | None, room_id: str, at: str | None = None) -> list[bytes]:
         """The state events (formatted for ``user``, or raw for a server) of the current state or after ``at``.

@@ -31,7 +31,7 @@ every entry, modulo 2**256), updated from a delta in time proportional to the de
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import msgspec
 
@@ -49,6 +49,39 @@ EMPTY_HASH = bytes(HASH_BYTES)
 
 _encoder = msgspec.msgpack.Encoder()
 _delta_decoder = msgspec.msgpack.Decoder(dict[str, dict[str, str | None]])
+
+
+class StateMap(Mapping[tuple[str, str], str]):
+    """A state seen flat, ``(type, state_key) -> event_id``, without copying it: a read-only view of the
+    ``type -> state_key -> event_id`` maps (a 10,000-member state is not rebuilt for every read)."""
+
+    __slots__ = ("_len", "_state")
+
+    def __init__(self, state: State) -> None:
+        self._state = state
+        self._len = -1
+
+    def __getitem__(self, key: tuple[str, str]) -> str:
+        event_type, state_key = key
+        return self._state[event_type][state_key]
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, tuple) or len(key) != 2:
+            return False
+        return key[1] in self._state.get(key[0], {})
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        for event_type, keys in self._state.items():
+            for state_key in keys:
+                yield event_type, state_key
+
+    def __len__(self) -> int:
+        if self._len < 0:
+            self._len = sum(len(keys) for keys in self._state.values())
+        return self._len
+
+    def __repr__(self) -> str:
+        return f"StateMap({dict(self)!r})"
 
 
 class StateDataError(ValueError):

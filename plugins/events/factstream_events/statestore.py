@@ -52,7 +52,7 @@ WITH RECURSIVE walk(id, base, position, hash, delta, n) AS (
   UNION ALL
     SELECT g.id, g.base, g.position, g.hash, g.delta, w.n + 1
     FROM walk w JOIN state_groups g ON g.id = w.base
-    WHERE w.base <> ALL(%(stop)s)
+    WHERE w.base <> ALL(%(stop)b::bigint[])
 )
 SELECT id, base, position, hash, delta FROM walk ORDER BY n
 """
