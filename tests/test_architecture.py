@@ -431,6 +431,10 @@ HOOK_TESTS = {
     ),
     "startup": ("tests/core/test_plugins.py", "test_startup_failure_names_the_plugin_and_shutdown_runs_all"),
     "on_rows": ("tests/replication/test_pipeline.py", "test_a_writers_own_rows_reach_on_rows_locally_in_order_once"),
+    "on_rows_streams": (
+        "tests/replication/test_pipeline.py",
+        "test_on_rows_streams_keeps_other_streams_rows_from_a_plugin",
+    ),
     "shutdown": ("tests/core/test_plugins.py", "test_startup_failure_names_the_plugin_and_shutdown_runs_all"),
 }
 

@@ -120,3 +120,54 @@ async def test_rows_of_a_rolled_back_transaction_never_reach_on_rows(probe, host
     await until(lambda: any(s[0] == "main" for s in probe.seen))
     await asyncio.sleep(0.2)
     assert [(s[2], s[3]) for s in probe.seen if s[0] == "main"] == [(ids[0], ["@kept:hs"])]
+
+
+CHOOSY = """
+    import factstream
+
+    seen = []
+
+    @factstream.hookimpl
+    def on_rows_streams():
+        return {ANSWER}
+
+    @factstream.hookimpl
+    def on_rows(host, stream, instance, token, rows, local):
+        seen.append((host.instance_name, stream, local))
+"""
+
+
+async def test_on_rows_streams_keeps_other_streams_rows_from_a_plugin(plugin_installer, host_cluster):
+    plugin_installer.from_source("choosy", CHOOSY.replace("{ANSWER}", '["notes"]'))
+    plugin_installer.from_source("curious", CHOOSY.replace("{ANSWER}", "None"))
+    choosy = importlib.import_module("factstream_choosy")
+    curious = importlib.import_module("factstream_curious")
+    from factstream_events import EventsStore
+
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "notes")
+    await host_cluster.following(worker, "events")
+    ids = await _write(main, ["@n1:hs", "@n2:hs"])
+    store = main.api.state(EventsStore)
+    room = await store.create_room("@alice:hs")
+    await store.send(room, "@alice:hs", "m.room.message", {"body": "hello"})
+    await until(
+        lambda: (
+            {(h, s) for h, s, _ in curious.seen} >= {(i, s) for i in ("main", "worker1") for s in ("notes", "events")}
+        )
+    )
+    assert await worker.wait_for_stream_position("main", "notes", ids[-1], timeout=10)
+    # the plugin that answered None saw both streams in both processes; the choosy one only notes
+    assert {(h, s, local) for h, s, local in choosy.seen} == {("main", "notes", True), ("worker1", "notes", False)}
+    assert len([1 for h, s, _ in choosy.seen if s == "notes"]) == 2 * len(ids)
+
+
+@pytest.mark.parametrize(("answer", "what"), [('"notes"', "not str"), ("[1]", "1"), ("42", "not int")])
+async def test_a_bad_on_rows_streams_answer_stops_the_start_naming_the_plugin(
+    plugin_installer, host_cluster, answer, what
+):
+    plugin_installer.from_source("choosy", CHOOSY.replace("{ANSWER}", answer))
+    with pytest.raises(Exception, match="plugin 'choosy'") as failed:
+        await host_cluster("main")
+    assert "on_rows_streams" in str(failed.value) and what in str(failed.value)

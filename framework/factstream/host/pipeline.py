@@ -56,10 +56,12 @@ hook_log = logging.getLogger("factstream.plugin.manager")
 
 @dataclass(frozen=True)
 class _Plan:
-    """Which stages apply to one stream's rows."""
+    """Which stages apply to one stream's rows: the invalidations, the ``on_rows`` implementations that
+    want the stream (None: none does), the /sync wake-ups."""
 
     invalidate: bool
-    hook: bool
+    hook: RowsHook | None
+    run_stage: RunStage | RowsHook | None
     synced: SyncedStream | None
 
 
@@ -70,7 +72,6 @@ class ReaderPipeline:
         self.caches = caches
         self.hook = hook
         self.router = router
-        self.run_stage = RunStage.of(hook)
         self._invalidated = caches.applier.streams()
         self._plans: dict[str, _Plan] = {}
 
@@ -78,7 +79,13 @@ class ReaderPipeline:
         plan = self._plans.get(stream)
         if plan is None:
             synced = self.router.synced.get(stream) if self.router is not None else None
-            plan = self._plans[stream] = _Plan(stream in self._invalidated, bool(self.hook), synced)
+            hook = self.hook.for_stream(stream)
+            plan = self._plans[stream] = _Plan(
+                stream in self._invalidated,
+                hook if hook else None,
+                RunStage.of(hook) if hook else None,
+                synced,
+            )
         return plan
 
     def rows(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> Awaitable[None] | None:
@@ -88,7 +95,7 @@ class ReaderPipeline:
         plan = self._plans.get(name) or self.plan(name)
         if plan.invalidate:
             self.caches.apply_rows(name, rows)
-        waiting = self.hook.deliver(name, instance, token, rows, False) if plan.hook else None
+        waiting = plan.hook.deliver(name, instance, token, rows, False) if plan.hook is not None else None
         if plan.synced is not None:
             self.router.remember(name, rows)  # type: ignore[union-attr]
         return waiting
@@ -101,7 +108,7 @@ class ReaderPipeline:
         plan = self._plans.get(name) or self.plan(name)
         if plan.invalidate:
             self.caches.apply_rows(name, rows)
-        waiting = self.run_stage.run(name, instance, tokens, rows, False) if plan.hook else None
+        waiting = plan.run_stage.run(name, instance, tokens, rows, False) if plan.run_stage is not None else None
         if plan.synced is not None:
             self.router.remember(name, rows)  # type: ignore[union-attr]
         return waiting
@@ -253,7 +260,7 @@ class LocalRows:
         plan = self.pipeline.plan(stream)
         if plan.invalidate:
             self.pipeline.caches.apply_rows(stream, rows)
-        if committed and (plan.hook or plan.synced is not None):
+        if committed and (plan.hook is not None or plan.synced is not None):
             pending = self._pending[stream]
             # Rows at one token (a StreamWriter.reserve_groups group) are delivered together.
             for token, same in itertools.groupby(zip(tokens, rows, strict=True), key=operator.itemgetter(0)):
@@ -275,8 +282,8 @@ class LocalRows:
         while heap and heap[0][0] <= current:
             token, _, rows = heapq.heappop(heap)
             batches.append(rows)
-            if plan.hook:
-                waiting = pipeline.hook.deliver(name, local, token, rows, True)
+            if plan.hook is not None:
+                waiting = plan.hook.deliver(name, local, token, rows, True)
                 if waiting is not None:
                     pending.busy = asyncio.get_running_loop().create_task(
                         self._after(name, waiting, batches, token), name=f"local-rows:{name}"

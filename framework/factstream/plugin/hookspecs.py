@@ -20,7 +20,7 @@ holds a host: ``host.call_hook(name, ...)`` and ``host.call_first(name, ...)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, TypeVar, overload
 
@@ -278,6 +278,19 @@ def on_rows(host: HostApi, stream: str, instance: str, token: int, rows: Sequenc
     already invalidated, and whatever it invalidates is invalid before anyone can observe the new
     position. A coroutine function may be used and is awaited; exceptions are logged with the
     plugin's name and do not stop the stream.
+    """
+
+
+@hookspec
+def on_rows_streams() -> Iterable[str] | None:
+    """The names of the streams whose rows this plugin's ``on_rows`` is called with.
+
+    Called once when a host process starts. Not implemented, or ``None``: every stream's rows, as
+    without it. With it, the rows of other streams never reach this plugin's ``on_rows`` (in any
+    process): the reader does not call into the plugin for them at all, which matters on a busy
+    stream the plugin does not care about. A name no plugin registered as a stream is allowed (the
+    stream may come from a plugin installed later). Anything but an iterable of strings stops the
+    host start-up with an error naming the plugin.
     """
 
 

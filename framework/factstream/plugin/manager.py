@@ -212,7 +212,27 @@ class PluginHost:
             (name, function, 0 if self.trace else positional_arity(function))
             for name, function in self._impls("on_rows")
         ]
-        return RowsHook(host, impls, self._call)
+        return RowsHook(host, impls, self._call, self.rows_streams())
+
+    def rows_streams(self) -> dict[str, frozenset[str]]:
+        """Each plugin's answer to ``on_rows_streams`` (plugins that answer None are not in it);
+        :class:`PluginError` naming the plugin for an answer that is not an iterable of names."""
+        declared: dict[str, frozenset[str]] = {}
+        for name, function in self._impls("on_rows_streams"):
+            answer = self._call(name, "on_rows_streams", function)
+            if answer is None:
+                continue
+            if isinstance(answer, str | bytes) or not isinstance(answer, Iterable):
+                raise PluginError(
+                    f"plugin {name!r}: on_rows_streams must return stream names (a list of strings) or None,"
+                    f" not {type(answer).__name__}"
+                )
+            names = list(answer)
+            odd = [n for n in names if not isinstance(n, str)]
+            if odd:
+                raise PluginError(f"plugin {name!r}: on_rows_streams returned {odd[0]!r}, which is not a stream name")
+            declared[name] = frozenset(names)
+        return declared
 
     async def shutdown(self, host: object) -> list[PluginError]:
         """Run every ``shutdown(host)`` in reverse order; failures are collected, not raised."""

@@ -8,7 +8,9 @@ This runs for every token of every stream a process reads or writes, so it is bu
 * no coroutine is made unless an implementation returns an awaitable: only then does the call
   return an awaitable that awaits it and goes on with the remaining implementations, in order;
 * :meth:`RowsHook.run` delivers a run of tokens with one row each (a busy reader's usual batch) in
-  one frame, making exactly the calls :meth:`RowsHook.deliver` would make token by token.
+  one frame, making exactly the calls :meth:`RowsHook.deliver` would make token by token;
+* :meth:`RowsHook.for_stream` leaves out the plugins whose ``on_rows_streams`` does not name the
+  stream: the pipeline delivers each stream's rows through its own.
 
 An implementation that raises is logged with the plugin's name; the stream goes on.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from factstream.errors import PluginError
@@ -44,11 +46,29 @@ def positional_arity(function: Callable[..., Any]) -> int:
 class RowsHook:
     """The ``on_rows`` implementations of the loaded plugins, bound to one host (module docstring)."""
 
-    def __init__(self, host: object, impls: Sequence[Impl], call: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        host: object,
+        impls: Sequence[Impl],
+        call: Callable[..., Any],
+        streams: Mapping[str, frozenset[str]] | None = None,
+    ) -> None:
         self.host = host
         self.impls = list(impls)
         #: ``call(plugin, hook, function, **kwargs)``: the manager's keyword call (tracing, errors).
         self._call = call
+        #: The streams each plugin that answered ``on_rows_streams`` wants (the others want every stream).
+        self.streams = dict(streams or {})
+        self._for: dict[str, RowsHook] = {}
+
+    def for_stream(self, stream: str) -> RowsHook:
+        """The implementations that want ``stream``'s rows (``on_rows_streams``), in the same order."""
+        hook = self._for.get(stream)
+        if hook is None:
+            wanted = [i for i in self.impls if i[0] not in self.streams or stream in self.streams[i[0]]]
+            hook = self if len(wanted) == len(self.impls) else RowsHook(self.host, wanted, self._call)
+            self._for[stream] = hook
+        return hook
 
     def __bool__(self) -> bool:
         return bool(self.impls)

@@ -97,6 +97,12 @@ async def startup(host: HostApi) -> None:
 
 
 @factstream.hookimpl
+def on_rows_streams() -> list[str]:
+    """``on_rows`` below wants the events stream only: the reader never calls it for other streams."""
+    return [STREAM]
+
+
+@factstream.hookimpl
 def on_rows(host: HostApi, stream: str, instance: str, token: int, rows: Sequence[msgspec.Struct], local: bool) -> None:
     """Feed the stream change caches with the events stream's rows (never the backfill stream's)."""
     if stream == STREAM:
