@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import heapq
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -314,32 +315,60 @@ def _batch_order(batch: Sequence[NewEvent]) -> list[NewEvent]:
     return out
 
 
+#: Room views a writer keeps (a view is its room's forward extremities and history visibility values:
+#: a few hundred bytes; an evicted one is read again, one query, when its room is next written).
+MAX_ROOM_VIEWS = 10_000
+
+
 class Persister:
     """The write path of one host process (module docstring)."""
 
-    def __init__(self, host: HostApi, states: StateStore, resolver: Resolver) -> None:
+    def __init__(
+        self, host: HostApi, states: StateStore, resolver: Resolver, *, max_views: int = MAX_ROOM_VIEWS
+    ) -> None:
         self.host = host
         self.states = states
         self.resolver = resolver
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._views: dict[str, RoomView] = {}
+        #: ``room -> [its lock, the writes using or waiting for it]``: dropped when no write holds it.
+        self._locks: dict[str, list[Any]] = {}
+        #: The views of the rooms written last, least recently written first (at most ``max_views``).
+        self._views: OrderedDict[str, RoomView] = OrderedDict()
+        self.max_views = max_views
 
-    def _lock(self, room_id: str) -> asyncio.Lock:
-        lock = self._locks.get(room_id)
-        if lock is None:
-            lock = self._locks[room_id] = asyncio.Lock()
-        return lock
+    @property
+    def rooms_in_memory(self) -> tuple[int, int]:
+        """``(room views kept, room locks held)``: bounded by ``max_views`` and by the writes under way."""
+        return len(self._views), len(self._locks)
+
+    @contextlib.asynccontextmanager
+    async def _lock(self, room_id: str) -> AsyncIterator[None]:
+        """The room's asyncio lock: a room's batches queue here, one at a time, rather than in PostgreSQL."""
+        entry = self._locks.get(room_id)
+        if entry is None:
+            entry = self._locks[room_id] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._locks[room_id]
 
     async def _view(
         self, conn: AsyncConnection[Any], room_id: str, version: str, writes: int, current: int | None
     ) -> RoomView:
         view = self._views.get(room_id)
         if view is not None and view.writes == writes:
+            self._views.move_to_end(room_id)
             return view
         cur = await conn.execute(_EXTREMITIES, {"room_id": room_id})
         extremities = {str(r[0]): (int(r[1]), int(r[2]), r[3]) for r in await cur.fetchall()}
         view = RoomView(room_id, version, writes, extremities, current)
         self._views[room_id] = view
+        self._views.move_to_end(room_id)
+        while len(self._views) > self.max_views:
+            self._views.popitem(last=False)
         return view
 
     async def _visibility(
