@@ -290,7 +290,7 @@ def test_a_misspelt_implementation_of_a_plugin_hook_gets_the_hint():
 
     assert str(plain.value).startswith(
         "plugin 'typo' implements unknown hook 'like_limt' (did you mean 'like_limit', defined by plugin 'policy'?); "
-        "known hooks: on_rows, register_caches"
+        "known hooks: on_rows, on_rows_streams, register_caches"
     )
     assert str(plain.value).endswith("; hooks defined by plugins: like_limit ('policy'), like_tags ('policy')")
     assert str(declared.value) == (
