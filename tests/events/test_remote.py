@@ -149,3 +149,19 @@ async def test_bad_batches_are_refused_naming_the_field_and_store_nothing(main, 
     assert rows == [(0,)]
     r = await client("@alice:hs").post(f"/rooms/{ROOM}/remote_events", content=body(good))
     assert r.status_code == 403
+
+
+async def test_a_batch_without_a_version_needs_a_held_room_and_then_uses_its_version(main, client):
+    server = client("server")
+    events = history()
+    # not held, no create event in the batch and no version beside it: nothing is stored
+    r = await server.post(f"/rooms/{ROOM}/remote_events", content=body([events[-1][0]]))
+    assert r.status_code == 400 and "room_version" in r.text, r.text
+    rows = await main.api.database().fetchall("SELECT count(*) FROM rooms WHERE room_id = %(r)s", {"r": ROOM})
+    assert rows[0][0] == 0
+    # once the create event made the room, later batches take its version (computed IDs match)
+    first = await server.post(f"/rooms/{ROOM}/remote_events", content=body([e for e, _ in events[:2]]))
+    assert first.status_code == 200, first.text
+    for event, event_id in events[2:]:
+        r = await server.post(f"/rooms/{ROOM}/remote_events", content=body([event]))
+        assert r.status_code == 200 and r.json()["stored"] == [event_id], r.text

@@ -135,19 +135,21 @@ class Reads:
     def __init__(self, host: HostApi, states: StateStore) -> None:
         self.host = host
         self.states = states
-        self._versions: dict[str, str] = {}
+        #: Room versions never change: kept (bounded), one query per room and process at most.
+        self._versions: LruCache[str] = LruCache("events_room_versions", 100_000)
         self._memberships: LruCache[str | None] = LruCache("events_member_event_membership", 100_000)
 
     # -- helpers ---------------------------------------------------------------------------------
 
     async def room_version(self, conn: AsyncConnection[Any], room_id: str) -> str:
-        version = self._versions.get(room_id)
+        version: str | None = self._versions.get((room_id,))
         if version is None:
             cur = await conn.execute(_ROOM, {"room_id": room_id})
             row = await cur.fetchone()
             if row is None:
                 raise UnknownRoom(f"room {room_id} is not known here")
-            version = self._versions[room_id] = str(row[0])
+            version = str(row[0])
+            self._versions.set((room_id,), version)
         return version
 
     async def rows(self, conn: AsyncConnection[Any], event_ids: Sequence[str]) -> dict[str, Row]:

@@ -26,7 +26,7 @@ from psycopg import AsyncConnection
 
 from factstream import HostApi, LruCache, Transaction
 from factstream_events.canonical import CanonicalJsonError, EventJsonError, canonical_json, parse_event_json
-from factstream_events.errors import EventConflict, Forbidden, InvalidEvent, UnknownEvent
+from factstream_events.errors import EventConflict, Forbidden, InvalidEvent, UnknownEvent, UnknownRoom
 from factstream_events.eventid import EventIdError, content_hash, event_id_for, is_valid_event_id
 from factstream_events.persist import NewEvent, Persisted, Persister, RoomView, now_ms
 from factstream_events.policy import RoomFacts
@@ -441,10 +441,12 @@ class EventsStore:
         return await self.persister.persist(room_id, batch, backfill=backfill, room_version=version)
 
     async def _room_version(self, room_id: str) -> str | None:
-        rows = await self.host.database().fetchall(
-            "SELECT room_version FROM rooms WHERE room_id = %(r)s", {"r": room_id}
-        )
-        return str(rows[0][0]) if rows else None
+        """The room's version (read once per room and process), or None for a room not held here."""
+        try:
+            async with self.host.database().autocommit() as conn:
+                return await self.reads.room_version(conn, room_id)
+        except UnknownRoom:
+            return None
 
 
 def _remote_event_id(event: Mapping[str, Any], room_version: str, given: str | None) -> str:
