@@ -21,7 +21,7 @@ from factstream import HostApi, LruCache
 from factstream_events.canonical import parse_event_json
 from factstream_events.errors import Forbidden, InvalidParam, UnknownEvent, UnknownRoom
 from factstream_events.prune import prune_event
-from factstream_events.statemath import StateMap
+from factstream_events.statemath import StateMap, nest
 from factstream_events.statestore import StateStore
 from factstream_events.tokens import RoomToken, TokenError, next_token, order_by, pagination_bounds
 from factstream_events.validate import MEMBER, NEVER_SHOWN, REDACTION
@@ -296,10 +296,7 @@ class Reads:
                     "SELECT type, state_key, event_id FROM current_state_events WHERE room_id = %(room_id)s",
                     {"room_id": room_id},
                 )
-                current: dict[str, dict[str, str]] = {}
-                for t, k, e in await cur.fetchall():
-                    current.setdefault(str(t), {})[str(k)] = str(e)
-                return StateMap(current)
+                return StateMap(nest(((str(t), str(k)), str(e)) for t, k, e in await cur.fetchall()))
             rows = await self.rows(conn, [at])
             row = rows.get(at)
             if row is None or row.room_id != room_id:
