@@ -40,12 +40,12 @@ import inspect
 import itertools
 import logging
 import operator
-from collections.abc import Awaitable, Iterable, Iterator
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from factstream.caches.registry import CacheRegistry
-from factstream.plugin.rows import Impl, RowsHook
+from factstream.plugin.rows import RowsHook
 from factstream.replication.stream import ReplicatedStream
 from factstream.sync.wakeups import SyncedStream, WakeRouter
 
@@ -150,7 +150,7 @@ class RunStage:
     ) -> Awaitable[None] | None:
         """``deliver`` for each ``(token, [row])``; once an implementation returns an awaitable, an
         awaitable that awaits it and delivers the rest of the run."""
-        # The call of one implementation is written out in each loop (and in _rest) on purpose: a
+        # The call of one implementation is written out in each loop on purpose: a
         # helper function would be the frame per row and implementation this stage exists to save.
         host = self.host
         steps = self.steps
@@ -167,7 +167,7 @@ class RunStage:
                     _hook_failed(plugin, exc)
                     continue
                 if result is not None and inspect.isawaitable(result):
-                    return self._rest(result, plugin, later, stream, instance, token, [row], pairs, local)
+                    return self.hook.resume(result, plugin, later, stream, instance, token, [row], pairs, local)
             return None
         for token, row in pairs:
             group = [row]
@@ -181,51 +181,12 @@ class RunStage:
                     _hook_failed(plugin, exc)
                     continue
                 if result is not None and inspect.isawaitable(result):
-                    return self._rest(result, plugin, later, stream, instance, token, group, pairs, local)
+                    return self.hook.resume(result, plugin, later, stream, instance, token, group, pairs, local)
         return None
-
-    async def _rest(
-        self,
-        first: Awaitable[Any],
-        plugin: str,
-        later: list[Impl],
-        stream: str,
-        instance: str,
-        token: int,
-        group: list[Any],
-        pairs: Iterator[tuple[int, Any]],
-        local: bool,
-    ) -> None:
-        """The rare path: await ``first``, then the implementations ``later`` for this token, then
-        the rest of the run token by token."""
-        await _awaited(plugin, first)
-        host = self.host
-        for plugin, function, arity in later:
-            try:
-                if arity == 6:
-                    result = function(host, stream, instance, token, group, local)
-                else:
-                    result = function(host, stream, instance, token, group)
-            except Exception as exc:
-                _hook_failed(plugin, exc)
-                continue
-            if result is not None and inspect.isawaitable(result):
-                await _awaited(plugin, result)
-        for token, row in pairs:
-            waiting = self.hook.deliver(stream, instance, token, [row], local)
-            if waiting is not None:
-                await waiting
 
 
 def _hook_failed(plugin: str, exc: Exception) -> None:
     hook_log.error("plugin %r failed in hook on_rows: %s: %s", plugin, type(exc).__name__, exc)
-
-
-async def _awaited(plugin: str, awaitable: Awaitable[Any]) -> None:
-    try:
-        await awaitable
-    except Exception as exc:
-        _hook_failed(plugin, exc)
 
 
 @dataclass

@@ -105,13 +105,13 @@ class RowsHook:
         for index, impl in enumerate(impls):
             result = self._one(impl, stream, instance, token, rows, local)
             if result is not None and inspect.isawaitable(result):
-                return self._finish(result, impls[index], impls[index + 1 :], stream, instance, token, rows, local)
+                return self._finish(result, impl[0], impls[index + 1 :], stream, instance, token, rows, local)
         return None
 
     async def _finish(
         self,
         first: Awaitable[Any],
-        first_impl: Impl,
+        plugin: str,
         rest: list[Impl],
         stream: str,
         instance: str,
@@ -119,11 +119,30 @@ class RowsHook:
         rows: list[Any],
         local: bool,
     ) -> None:
-        await _awaited(first_impl[0], first)
+        await _awaited(plugin, first)
         for impl in rest:
             result = self._one(impl, stream, instance, token, rows, local)
             if result is not None and inspect.isawaitable(result):
                 await _awaited(impl[0], result)
+
+    def resume(
+        self,
+        first: Awaitable[Any],
+        plugin: str,
+        rest: list[Impl],
+        stream: str,
+        instance: str,
+        token: int,
+        rows: list[Any],
+        pairs: Iterator[tuple[int, Any]],
+        local: bool,
+    ) -> Awaitable[None]:
+        """A run delivered up to ``plugin``'s implementation for ``token``, which returned ``first``: await
+        it, call the implementations ``rest`` for that token, then deliver the rest of the run
+        (``pairs``) token by token (the run stage's rare path, ``host/pipeline.py``)."""
+        return self._run_rest(
+            self._finish(first, plugin, rest, stream, instance, token, rows, local), stream, instance, pairs, local
+        )
 
     def run(
         self, stream: str, instance: str, tokens: list[int], rows: list[Any], local: bool
