@@ -104,9 +104,8 @@ def on_rows_streams() -> list[str]:
 
 @factstream.hookimpl
 def on_rows(host: HostApi, stream: str, instance: str, token: int, rows: Sequence[msgspec.Struct], local: bool) -> None:
-    """Feed the stream change caches with the events stream's rows (never the backfill stream's)."""
-    if stream == STREAM:
-        host.state(EventsStore).timeline.on_rows(token, [r for r in rows if isinstance(r, EventsRow)])
+    """Feed the stream change caches with the events stream's rows (only those: ``on_rows_streams``)."""
+    host.state(EventsStore).timeline.on_rows(token, [r for r in rows if isinstance(r, EventsRow)])
 
 
 @factstream.hookimpl
