@@ -265,7 +265,8 @@ def startup(host: HostApi) -> None:
 
 @hookspec
 def on_rows(host: HostApi, stream: str, instance: str, token: int, rows: Sequence[msgspec.Struct], local: bool) -> None:
-    """Called in a host process for every token's rows of every stream, in stream order per writer.
+    """Called in a host process for every token's rows of every stream (of the streams the plugin's
+    ``on_rows_streams`` names, when it answers), in stream order per writer.
 
     ``rows`` are instances of the stream's row type, written by ``instance`` at ``token`` (the wire
     token: positive also for backwards streams). ``local`` is True for rows this process wrote
