@@ -40,6 +40,7 @@ from psycopg import AsyncConnection
 
 from factstream import HostApi, Transaction
 from factstream_events.canonical import parse_event_json
+from factstream_events.combine import Writes
 from factstream_events.errors import EventConflict, InvalidEvent, UnknownRoom
 from factstream_events.prune import KNOWN_ROOM_VERSIONS, redacts_target
 from factstream_events.rows import (
@@ -189,12 +190,12 @@ WHERE event_id = %(redacts)s AND room_id = %(room_id)s AND redacted_by IS NULL A
 _INSERT_EX_OUTLIER = (
     "INSERT INTO ex_outlier_stream (stream_id, instance_name, event_id) VALUES (%(stream)s, %(instance)s, %(event_id)s)"
 )
-#: The room's forward extremities replaced by ``ids`` (the sub-statements see the same snapshot: the
-#: delete keeps the rows the insert would meet).
-_SET_FORWARD = """
-WITH dropped AS (
-    DELETE FROM event_forward_extremities WHERE room_id = %(room_id)s AND event_id <> ALL(%(ids)b::text[])
-)
+#: The room's forward extremities replaced by ``ids``: both parts of one statement (they see the same
+#: snapshot: the delete keeps the rows the insert would meet).
+_DROP_FORWARD = """
+DELETE FROM event_forward_extremities WHERE room_id = %(room_id)s AND event_id <> ALL(%(ids)b::text[])
+"""
+_ADD_FORWARD = """
 INSERT INTO event_forward_extremities (room_id, event_id) SELECT %(room_id)s, unnest(%(ids)b::text[])
 ON CONFLICT DO NOTHING
 """
@@ -719,32 +720,53 @@ class Persister:
             top = max(shown, key=lambda r: held_stream(r, held))
             last_stream, last_event = held_stream(top, held), top["event_id"]
         ids_of = {"room_id": room_id}
+        # The rare writes (row by row, or read back) go first; every other write of the batch is a part
+        # of one statement (``combine``), which also answers the check of an optimistic local batch.
+        writes = Writes()
+        if new_rows:
+            params = {"room_id": room_id, "instance": instance, "received": received, "backfilled": backfill}
+            writes.add(_INSERT_EVENTS, {**params, "rows": _rows(new_rows)})
+            fresh = [e for e in ordered if e.event_id not in deoutliered]
+            writes.add(
+                _INSERT_JSON, {**ids_of, "event_id": [e.event_id for e in fresh], "json": [e.raw for e in fresh]}
+            )
+        edges = [{"e": e.event_id, "p": p} for e in ordered if not e.outlier for p in e.fields.prev_events]
+        if edges:
+            writes.add(_INSERT_EDGES, {**ids_of, "rows": _rows(edges)})
+        members = [dict(r, stream=held_stream(r, held)) for r in rows if r["membership"] is not None]
+        if members:
+            writes.add(_INSERT_MEMBERSHIPS, {**ids_of, "rows": _rows(members)})
+        normal = [e for e in ordered if not e.outlier]
+        if normal and not local:
+            writes.add(_DROP_BACKWARD, {**ids_of, "ids": [e.event_id for e in normal]})
+        if backward:
+            writes.add(_ADD_BACKWARD, {**ids_of, "ids": sorted(backward)})
+        writes.add(
+            _UPDATE_ROOM, {"room_id": room_id, "current": current, "last_stream": last_stream, "last_event": last_event}
+        )
+        redactions = [r for r in rows if r["redacts"]]
+        applied = [
+            {"event_id": r["event_id"], "redacts": r["redacts"], "room_id": room_id}
+            for r in redactions
+            if r["redacts"] not in by_id
+        ]
+        rare = bool(
+            re_rows or redactions or (plan is not None and plan.rows) or (advance is not None and advance.drops)
+        )
         checks = None
         try:
-            async with conn.pipeline(), conn.cursor() as c:
-                if found is _ASSUMED_NEW:  # checked after the sync
-                    checks = await conn.execute(_HELD_OR_REDACTED, {"ids": batch_ids})
-                if new_rows:
-                    params = {"room_id": room_id, "instance": instance, "received": received, "backfilled": backfill}
-                    await c.execute(_INSERT_EVENTS, {**params, "rows": _rows(new_rows)})
-                    fresh = [e for e in ordered if e.event_id not in deoutliered]
-                    await c.execute(
-                        _INSERT_JSON,
-                        {**ids_of, "event_id": [e.event_id for e in fresh], "json": [e.raw for e in fresh]},
-                    )
+            async with contextlib.AsyncExitStack() as stack:
+                if rare:
+                    await stack.enter_async_context(conn.pipeline())  # the rare writes and the one statement
+                    if found is _ASSUMED_NEW:  # before any write
+                        checks = await conn.execute(_HELD_OR_REDACTED, {"ids": batch_ids})
+                c = await stack.enter_async_context(conn.cursor())
                 for r in re_rows:
                     await c.execute(_DEOUTLIER, r)
                 for r, sid in zip(re_rows, ex_ids, strict=True):
                     await c.execute(
                         _INSERT_EX_OUTLIER, {"stream": sid, "instance": instance, "event_id": r["event_id"]}
                     )
-                edges = [{"e": e.event_id, "p": p} for e in ordered if not e.outlier for p in e.fields.prev_events]
-                if edges:
-                    await c.execute(_INSERT_EDGES, {**ids_of, "rows": _rows(edges)})
-                members = [dict(r, stream=held_stream(r, held)) for r in rows if r["membership"] is not None]
-                if members:
-                    await c.execute(_INSERT_MEMBERSHIPS, {**ids_of, "rows": _rows(members)})
-                redactions = [r for r in rows if r["redacts"]]
                 if redactions:
                     await c.executemany(
                         _INSERT_REDACTION,
@@ -753,26 +775,19 @@ class Persister:
                             for r in redactions
                         ],
                     )
-                    applied = [
-                        {"event_id": r["event_id"], "redacts": r["redacts"], "room_id": room_id}
-                        for r in redactions
-                        if r["redacts"] not in by_id
-                    ]
                     if applied:
                         await c.executemany(_APPLY_REDACTION, applied)
-                normal = [e for e in ordered if not e.outlier]
-                if normal and not local:
-                    await c.execute(_DROP_BACKWARD, {**ids_of, "ids": [e.event_id for e in normal]})
-                if backward:
-                    await c.execute(_ADD_BACKWARD, {**ids_of, "ids": sorted(backward)})
                 if advance is not None:
-                    await self._write_advance(c, view, advance, rows, held, ids[0] if ids else 0, instance)
+                    await self._write_advance(c, writes, view, advance, rows, held, ids[0] if ids else 0, instance)
                 if plan is not None:
                     await self.states.flush(conn, plan)
-                await c.execute(
-                    _UPDATE_ROOM,
-                    {"room_id": room_id, "current": current, "last_stream": last_stream, "last_event": last_event},
-                )
+                if found is _ASSUMED_NEW and checks is None:
+                    # Answered by the statement: its snapshot is the one before its writes.
+                    sql, values = writes.statement(_HELD_OR_REDACTED, {"ids": batch_ids})
+                    checks = await conn.execute(sql, values)
+                else:
+                    sql, values = writes.statement()
+                    await conn.execute(sql, values)
         except psycopg.errors.UniqueViolation:
             if found is _ASSUMED_NEW:
                 raise _Careful(f"room {room_id}: an event of the local batch is already held") from None
@@ -873,6 +888,7 @@ class Persister:
     async def _write_advance(
         self,
         c: Any,
+        writes: Writes,
         view: RoomView,
         advance: _Advance,
         rows: Sequence[dict[str, Any]],
@@ -886,16 +902,18 @@ class Persister:
             eid: (d, held_stream(by_id[eid], held) if eid in by_id else s, g)
             for eid, (d, s, g) in advance.extremities.items()
         }
-        await c.execute(_SET_FORWARD, {"room_id": room_id, "ids": list(extremities)})
+        forward = {"room_id": room_id, "ids": list(extremities)}
+        writes.add(_DROP_FORWARD, forward)
+        writes.add(_ADD_FORWARD, forward)
         view.extremities = extremities
         if advance.sets:
-            await c.execute(_SET_STATE, {"room_id": room_id, "rows": _rows(advance.sets)})
+            writes.add(_SET_STATE, {"room_id": room_id, "rows": _rows(advance.sets)})
         if advance.drops:
-            await c.executemany(_DROP_STATE, advance.drops)
+            await c.executemany(_DROP_STATE, advance.drops)  # before the statement: other keys than the sets
         if advance.deltas:
             deltas = [{"t": t, "k": k, "e": e, "p": p} for t, k, e, p in advance.deltas]
             params = {"room_id": room_id, "stream": first_stream, "instance": instance, "rows": _rows(deltas)}
-            await c.execute(_STATE_DELTA, params)
+            writes.add(_STATE_DELTA, params)
 
 
 def _changes_between(
