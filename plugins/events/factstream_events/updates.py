@@ -1,11 +1,13 @@
 """The update function of the ``events`` stream (events-semantics §5): what a reader catching up reads.
 
-``(instance, from, to, target)``: half the target for ``ev`` rows (if that many came back, the page
-is limited and ends at the last one's ID); then ``state`` rows up to that bound, cut back to whole IDs
-(the rows of one ID are never split: when not even one whole ID fits, that one ID's rows come
-without a limit); then the ex-outlier ``ev`` rows in the range; merged by ID. One ID carrying
-:data:`~factstream_events.rows.STATE_ALL_THRESHOLD` or more ``state`` rows of a room sends one
-``state-all`` row for that room instead.
+``(instance, from, to, target)``: a page reads at most :data:`PAGE_SPAN` x target IDs of the range
+(limited at the window's end when the range goes further), as the core's table update function does,
+so its cost is bounded whatever plan PostgreSQL picks. Half the target for ``ev`` rows (if that many
+came back, the page is limited and ends at the last one's ID); then ``state`` rows up to that bound,
+cut back to whole IDs (the rows of one ID are never split: when not even one whole ID fits, that one
+ID's rows come without a limit); then the ex-outlier ``ev`` rows in the range; merged by ID. One ID
+carrying :data:`~factstream_events.rows.STATE_ALL_THRESHOLD` or more ``state`` rows of a room sends
+one ``state-all`` row instead.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from factstream_events.rows import (
     state_all_row,
     state_row,
 )
+
+#: How many IDs a page reads at most, in multiples of its target.
+PAGE_SPAN = 4
 
 _EVENTS = """
 SELECT stream_ordering, event_id, room_id, type, state_key, redacts, relates_to, membership, outlier
@@ -52,10 +57,11 @@ async def events_updates(
     if low >= high:
         return [], high, False
     half = max(1, target // 2)
-    params = {"instance": instance, "low": low, "high": high, "limit": half}
+    window = min(high, low + PAGE_SPAN * max(1, target))
+    params = {"instance": instance, "low": low, "high": window, "limit": half}
     events = await db.fetchall(_EVENTS, params)
-    limited = len(events) >= half
-    bound = int(events[-1][0]) if limited else high
+    limited = len(events) >= half or window < high
+    bound = int(events[-1][0]) if len(events) >= half else window
     state = await db.fetchall(_STATE, {**params, "high": bound, "limit": half + 1})
     if len(state) > half:
         last = int(state[-1][0])
