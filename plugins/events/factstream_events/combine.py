@@ -43,9 +43,6 @@ class Writes:
         self._parts: list[str] = []
         self._params: list[Mapping[str, Any]] = []
 
-    def __bool__(self) -> bool:
-        return bool(self._parts)
-
     def add(self, sql: str, params: Mapping[str, Any]) -> None:
         """One write: an ``INSERT``, ``UPDATE`` or ``DELETE`` without a ``WITH`` of its own."""
         self._parts.append(sql)
