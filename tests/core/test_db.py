@@ -112,3 +112,53 @@ def test_embedded_server_failure_is_reported_with_the_log(tmp_path):
 
     with pytest.raises(DatabaseError, match=r"the embedded PostgreSQL could not start under .*Its log is"):
         start_embedded(state)
+
+
+async def test_execute_and_commit_commits_with_the_last_statement(fresh_database):
+    """The statement and COMMIT go together: the rows are visible to others before the block ends; a
+    failing statement (or one sent before it in the pipeline) commits nothing; completion callbacks
+    get the real outcome, also when the block raises after the commit; nothing runs after it."""
+    db = Database(fresh_database, instance_name="tests")
+    other = await psycopg.AsyncConnection.connect(libpq_url(fresh_database), autocommit=True)
+
+    async def held() -> list[int]:
+        cur = await other.execute("SELECT x FROM t ORDER BY x")
+        return [r[0] for r in await cur.fetchall()]
+
+    try:
+        await other.execute("CREATE TABLE t (x int PRIMARY KEY)")
+        outcomes: list[bool] = []
+        async with db.transaction() as txn:
+            txn.on_complete(outcomes.append)
+            await txn.execute("INSERT INTO t VALUES (1)")
+            cur = await txn.execute_and_commit("INSERT INTO t VALUES (2) RETURNING x")
+            assert await cur.fetchall() == [(2,)]
+            assert await held() == [1, 2]  # committed before the block ends
+            with pytest.raises(psycopg.ProgrammingError, match="has committed"):
+                await txn.execute("INSERT INTO t VALUES (3)")
+        assert outcomes == [True]
+
+        outcomes.clear()
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            async with db.transaction() as txn:
+                txn.on_complete(outcomes.append)
+                async with txn.conn.pipeline():
+                    await txn.conn.execute("INSERT INTO t VALUES (4)")
+                    await txn.execute_and_commit("INSERT INTO t VALUES (1)")
+        assert outcomes == [False]
+        assert await held() == [1, 2]
+
+        outcomes.clear()
+        with pytest.raises(RuntimeError):
+            async with db.transaction() as txn:
+                txn.on_complete(outcomes.append)
+                await txn.execute_and_commit("INSERT INTO t VALUES (5)")
+                raise RuntimeError("after the commit")
+        assert outcomes == [True]
+        assert await held() == [1, 2, 5]
+        async with db.transaction() as txn:  # the pooled connection is usable again
+            await txn.execute("INSERT INTO t VALUES (6)")
+        assert await held() == [1, 2, 5, 6]
+    finally:
+        await other.close()
+        await db.close()

@@ -65,10 +65,38 @@ class Transaction:
         self.conn = conn
         self._on_complete: list[Completion] = []
         self._after_commit: list[Callable[[], None]] = []
+        #: Set once :meth:`execute_and_commit` has committed: the block's end then has nothing to commit.
+        self.committed = False
 
     async def execute(self, statement: str | ClauseElement, params: Mapping[str, Any] | None = None) -> Cursor:
         """Execute a statement (SQL with ``%(name)s`` placeholders, or SQLAlchemy Core) in this transaction."""
+        self._check_open()
         return await execute(self.conn, statement, params)
+
+    async def execute_and_commit(
+        self, statement: str | ClauseElement, params: Mapping[str, Any] | None = None
+    ) -> Cursor:
+        """Execute the transaction's last statement and ``COMMIT`` in one round trip; returns its cursor.
+
+        Statements sent before it in an open ``conn.pipeline()`` go in the same round trip. If any of
+        them fails, nothing is committed and the error is raised here (the block then rolls back). Once
+        this returns, the transaction has committed: the completion callbacks get ``True`` even if the
+        rest of the block raises, and nothing more may be executed in it.
+        """
+        self._check_open()
+        sql, args = compile_statement(statement, params)
+        conn = self.conn
+        async with conn.pipeline():
+            cur = await conn.execute(sql, args)
+            await conn.commit()  # queued behind the statement; the pipeline's sync sends both
+        self.committed = True
+        return cur
+
+    def _check_open(self) -> None:
+        if self.committed:
+            raise psycopg.ProgrammingError(
+                "the transaction has committed (execute_and_commit): nothing more runs in it"
+            )
 
     def on_complete(self, callback: Completion) -> None:
         """Call ``callback(committed)`` once the transaction has committed (True) or rolled back (False)."""
@@ -149,8 +177,12 @@ class Database:
             txn = Transaction(conn)
             try:
                 yield txn
-                await conn.commit()
+                if not txn.committed:
+                    await conn.commit()
             except BaseException:
+                if txn.committed:  # the block raised after execute_and_commit: the data is stored
+                    txn._finish(committed=True)
+                    raise
                 try:
                     await conn.rollback()
                 finally:

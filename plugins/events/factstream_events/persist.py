@@ -56,7 +56,7 @@ from factstream_events.rows import (
     state_row,
 )
 from factstream_events.statemath import Delta, State, diff
-from factstream_events.statestore import Group, StatePlan, StateStore
+from factstream_events.statestore import HASH_INDEX, Group, StatePlan, StateStore
 from factstream_events.validate import CREATE, HISTORY_VISIBILITY, MEMBER, NEVER_SHOWN, REDACTION, EventFields
 from factstream_events.visibility import HistoryVisibility, parse_history_visibility, stored_visibility
 
@@ -137,12 +137,9 @@ _HV_JSON = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)b::
 _CHILDREN = """
 SELECT event_id FROM event_backward_extremities WHERE room_id = %(room_id)s AND event_id = ANY(%(ids)b::text[])
 """
-_EARLIER_REDACTIONS = """
-SELECT redacts, event_id FROM redactions
-WHERE redacts = ANY(%(ids)b::text[]) AND room_id = %(room_id)s ORDER BY received_ts, event_id
-"""
 # A batch's rows go in one statement per table, as one JSON array of row objects (``%(rows)s``): one
-# parameter to send, whatever the number of rows and columns.
+# parameter to send, whatever the number of rows and columns. An event redacted before it arrived is
+# redacted by the first such redaction (``redacted_by`` of the row: one in the same batch).
 _INSERT_EVENTS = """
 INSERT INTO events (event_id, room_id, stream_ordering, instance_name, topological_ordering, type, state_key,
     sender, origin_server_ts, received_ts, outlier, backfilled, state_group, visibility, membership,
@@ -150,7 +147,10 @@ INSERT INTO events (event_id, room_id, stream_ordering, instance_name, topologic
 SELECT e.event_id, %(room_id)s, e.stream, %(instance)s, e.depth, e.type, e.state_key, e.sender, e.ts, %(received)s,
     e.outlier, %(backfilled)s, e.state_group, e.visibility, e.membership,
     COALESCE(e.prev_membership, (SELECT p.membership FROM events p WHERE p.event_id = e.prev_member_event)),
-    e.redacts, e.relates_to, e.redacted_by
+    e.redacts, e.relates_to,
+    COALESCE(CASE WHEN e.type <> 'm.room.create' THEN (
+        SELECT r.event_id FROM redactions r WHERE r.redacts = e.event_id AND r.room_id = %(room_id)s
+        ORDER BY r.received_ts, r.event_id LIMIT 1) END, e.redacted_by)
 FROM json_to_recordset(%(rows)s::json) AS e(event_id text, stream bigint, depth bigint, type text, state_key text,
     sender text, ts bigint, outlier boolean, state_group bigint, visibility text, membership text,
     prev_membership text, prev_member_event text, redacts text, relates_to text, redacted_by text)
@@ -199,11 +199,8 @@ _ADD_FORWARD = """
 INSERT INTO event_forward_extremities (room_id, event_id) SELECT %(room_id)s, unnest(%(ids)b::text[])
 ON CONFLICT DO NOTHING
 """
-#: Whether any of a local batch's events is held or redacted already (:class:`_Careful`).
-_HELD_OR_REDACTED = """
-SELECT EXISTS (SELECT 1 FROM events WHERE event_id = ANY(%(ids)b::text[]))
-    OR EXISTS (SELECT 1 FROM redactions WHERE redacts = ANY(%(ids)b::text[]))
-"""
+#: The unique keys a local batch written without looking first violates when one of its events is held.
+_EVENT_KEYS = frozenset({"events_pkey", "event_json_pkey"})
 _DROP_BACKWARD = """
 DELETE FROM event_backward_extremities WHERE room_id = %(room_id)s AND event_id = ANY(%(ids)b::text[])
 """
@@ -235,28 +232,26 @@ WHERE room_id = %(room_id)s
 
 @dataclass(frozen=True, slots=True)
 class _Lookups:
-    """What a batch reads before its work: held events, earlier redactions of its events, and those of its
-    events that already have children (remote batches only)."""
+    """What a batch reads before its work: held events, and those of its events that already have
+    children (remote batches only). Earlier redactions of its events are read by the insert itself."""
 
     held: list[tuple[Any, ...]]
-    redactions: list[tuple[Any, ...]]
     children: set[str]
 
 
 async def _send_lookups(
     conn: AsyncConnection[Any], room_id: str, ids: list[str], batch_ids: list[str], children: bool
-) -> tuple[Any, Any, Any]:
+) -> tuple[Any, Any]:
     """Send the lookups of a batch (in a pipeline: their results come with its sync)."""
     held = await conn.execute(_HELD, {"ids": ids, "batch": batch_ids})
-    redactions = await conn.execute(_EARLIER_REDACTIONS, {"ids": batch_ids, "room_id": room_id})
     if not children:
-        return held, redactions, None
-    return held, redactions, await conn.execute(_CHILDREN, {"ids": batch_ids, "room_id": room_id})
+        return held, None
+    return held, await conn.execute(_CHILDREN, {"ids": batch_ids, "room_id": room_id})
 
 
-async def _fetch_lookups(held: Any, redactions: Any, children: Any) -> _Lookups:
+async def _fetch_lookups(held: Any, children: Any) -> _Lookups:
     found = {str(r[0]) for r in await children.fetchall()} if children is not None else set()
-    return _Lookups(await held.fetchall(), await redactions.fetchall(), found)
+    return _Lookups(await held.fetchall(), found)
 
 
 class _Replan(Exception):
@@ -264,13 +259,16 @@ class _Replan(Exception):
 
 
 class _Careful(Exception):
-    """A local batch written without looking first found one of its events held or redacted already:
-    persist it again, looking first."""
+    """A local batch written without looking first found one of its events held already: persist it
+    again, looking first."""
 
 
-#: ``found`` of a local batch whose lookups go with its writes (their events are new: hashes of content,
-#: time and the room's current extremities); anything they find makes the batch :class:`_Careful`.
-_ASSUMED_NEW = _Lookups([], [], set())
+#: ``found`` of a local batch written without looking first (its events are new: hashes of content,
+#: time and the room's current extremities); a held one fails its insert and makes it :class:`_Careful`.
+_ASSUMED_NEW = _Lookups([], set())
+
+#: ``(the event IDs a batch stores) -> one more write for its statement (SQL, parameters), or None``.
+AlsoWrite = Callable[[Sequence[str]], "tuple[str, Mapping[str, Any]] | None"]
 
 
 def _rows(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -401,13 +399,11 @@ class Persister:
         backfill: bool = False,
         local: bool = False,
         room_version: str | None = None,
-        before_commit: Callable[[Transaction, Persisted], Awaitable[None]] | None = None,
     ) -> Persisted:
         """Persist ``batch`` (events of ``room_id``) in one transaction; see the module docstring.
 
         ``local``: the room must exist (or the batch starts with its create event); ``room_version``:
         for a remote batch of a room not held yet whose create event is not in the batch.
-        ``before_commit`` runs inside the transaction after the events are written (transaction IDs).
         """
         for e in batch:
             if e.fields.room_id != room_id:
@@ -424,10 +420,7 @@ class Persister:
                     sent = await _send_lookups(conn, room_id, wanted, batch_ids, not local and not backfill)
                 room = await cur.fetchone()
                 found = await _fetch_lookups(*sent)
-                outcome = await self._persist(txn, room_id, room, batch, backfill, local, room_version, plan, found)
-                if before_commit is not None:
-                    await before_commit(txn, outcome)
-            return outcome
+                return await self._persist(txn, room_id, room, batch, backfill, local, room_version, plan, found)
 
         return await self._attempts(room_id, lambda plan, _: attempt(plan))
 
@@ -474,12 +467,14 @@ class Persister:
         build: Callable[[AsyncConnection[Any], RoomView | None, Group | None], Awaitable[Sequence[NewEvent]]],
         *,
         new_room_version: str | None = None,
-        before_commit: Callable[[Transaction, Persisted], Awaitable[None]] | None = None,
+        also: AlsoWrite | None = None,
     ) -> Persisted:
         """Persist the events ``build`` makes from the room's view and current state, under the room's lock.
 
         ``build`` picks prev_events and depth from what it is given, so no other write of the room
         can come in between. ``new_room_version``: the room is new (``build`` makes its create event).
+        ``also``: one more write of the batch's statement (a transaction ID's claim); a unique violation
+        in it fails the batch.
         """
 
         async def attempt(plan: StatePlan | None, optimistic: bool) -> Persisted:
@@ -497,10 +492,7 @@ class Persister:
                 batch = await build(conn, view, current)
                 version = new_room_version if room is None else None
                 found = _ASSUMED_NEW if optimistic else None
-                outcome = await self._persist(txn, room_id, room, batch, False, True, version, plan, found)
-                if before_commit is not None:
-                    await before_commit(txn, outcome)
-            return outcome
+                return await self._persist(txn, room_id, room, batch, False, True, version, plan, found, also)
 
         return await self._attempts(room_id, attempt)
 
@@ -515,12 +507,15 @@ class Persister:
         room_version: str | None,
         plan: StatePlan | None,
         found: _Lookups | None = None,
+        also: AlsoWrite | None = None,
     ) -> Persisted:
-        """The batch's work inside ``txn``; ``room`` is the room's row, already locked (None: not held).
+        """The batch's work inside ``txn``, which it commits; ``room`` is the room's row, already locked
+        (None: not held).
 
         ``plan``: the batch's new state groups are written together (see ``statestore``); :class:`_Replan`
         when one of them was already stored. ``found``: the lookups of :func:`_send_lookups`, made with the
-        lock (of the batch's events and every prev_event), or None to make them now."""
+        lock (of the batch's events and every prev_event), or None to make them now. The writes go in one
+        round trip with the ``COMMIT``: whatever must undo the batch fails its statement."""
         conn = txn.conn
         if room is None:
             create = next((e for e in batch if e.fields.type == CREATE and e.fields.state_key == ""), None)
@@ -551,7 +546,7 @@ class Persister:
             async with conn.pipeline():
                 sent = await _send_lookups(conn, room_id, lookup, batch_ids, not local and not backfill)
             found = await _fetch_lookups(*sent)
-        has_children, earlier_redactions = found.children, found.redactions
+        has_children = found.children
         for eid, other_room, outlier, depth, stream, group, membership, raw in found.held:
             if eid in batch_set and other_room != room_id:
                 raise EventConflict(f"event {eid} is already stored in another room, {other_room}")
@@ -662,11 +657,7 @@ class Persister:
             if known is None:
                 by_id[eid]["prev_member_event"] = prev
 
-        # redactions: earlier ones of these events, then the batch's own
-        for target, redaction in earlier_redactions:
-            redacted = by_id.get(str(target))
-            if redacted is not None and redacted["redacted_by"] is None and redacted["type"] != CREATE:
-                redacted["redacted_by"] = redaction
+        # redactions in the batch (an earlier one, stored, comes first: read by the insert)
         for row in rows:
             target = by_id.get(row["redacts"]) if row["redacts"] else None
             if target is not None and target["redacted_by"] is None and target["type"] != CREATE:
@@ -750,16 +741,17 @@ class Persister:
             for r in redactions
             if r["redacts"] not in by_id
         ]
-        rare = bool(
-            re_rows or redactions or (plan is not None and plan.rows) or (advance is not None and advance.drops)
-        )
-        checks = None
+        new_groups = self.states.planned(plan) if plan is not None else None
+        if new_groups is not None:
+            writes.add(*new_groups)
+        extra = also([r["event_id"] for r in rows]) if also is not None else None
+        if extra is not None:
+            writes.add(*extra)
+        rare = bool(re_rows or redactions or (advance is not None and advance.drops))
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if rare:
-                    await stack.enter_async_context(conn.pipeline())  # the rare writes and the one statement
-                    if found is _ASSUMED_NEW:  # before any write
-                        checks = await conn.execute(_HELD_OR_REDACTED, {"ids": batch_ids})
+                    await stack.enter_async_context(conn.pipeline())  # the rare writes, the statement, COMMIT
                 c = await stack.enter_async_context(conn.cursor())
                 for r in re_rows:
                     await c.execute(_DEOUTLIER, r)
@@ -779,25 +771,18 @@ class Persister:
                         await c.executemany(_APPLY_REDACTION, applied)
                 if advance is not None:
                     await self._write_advance(c, writes, view, advance, rows, held, ids[0] if ids else 0, instance)
-                if plan is not None:
-                    await self.states.flush(conn, plan)
-                if found is _ASSUMED_NEW and checks is None:
-                    # Answered by the statement: its snapshot is the one before its writes.
-                    sql, values = writes.statement(_HELD_OR_REDACTED, {"ids": batch_ids})
-                    checks = await conn.execute(sql, values)
-                else:
-                    sql, values = writes.statement()
-                    await conn.execute(sql, values)
-        except psycopg.errors.UniqueViolation:
-            if found is _ASSUMED_NEW:
+                sql, values = writes.statement()
+                await txn.execute_and_commit(sql, values)
+        except psycopg.errors.UniqueViolation as exc:
+            key = exc.diag.constraint_name
+            if plan is not None and new_groups is not None and key == HASH_INDEX:
+                self.states.conflicted(plan)
+                raise _Replan(f"a state of room {room_id} planned by the batch is already stored") from None
+            if found is _ASSUMED_NEW and key in _EVENT_KEYS:
                 raise _Careful(f"room {room_id}: an event of the local batch is already held") from None
             raise
-        if checks is not None:
-            already = await checks.fetchone()
-            if already is None or already[0]:
-                raise _Careful(f"room {room_id}: an event of the local batch is already held or redacted")
-        if plan is not None and not self.states.settle(plan):
-            raise _Replan(f"a state of room {room_id} planned by the batch is already stored")
+        if plan is not None and new_groups is not None:
+            self.states.settled(plan)
         view.writes += 1  # the room's row is locked: the count read with it, plus this batch
         view.current = current
         stream_ids = {r["event_id"]: held_stream(r, held) for r in rows}

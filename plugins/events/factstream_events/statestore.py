@@ -12,11 +12,12 @@ loaded on first use.
 
 **Batches** store their groups through a :class:`StatePlan`: each new group gets an ID at once (from a
 block of ``state_group_id_seq`` values this process holds) and is usable by the rest of the batch, and
-:meth:`StateStore.flush` writes all of them in one statement that inserts nothing if any of their
-hashes is already stored in the room (an identical state stored earlier, which the batch would have to
-reuse). The writer then sees :attr:`StatePlan.conflict` and persists the batch again without a plan,
-group by group as :meth:`StateStore.store` does alone (the room's lock makes the check and the insert
-one step: no one else stores the room's groups meanwhile).
+:meth:`StateStore.planned` gives the insert of all of them, a part of the batch's one statement. If one
+of their hashes is already stored in the room (an identical state stored earlier, which the batch would
+have to reuse), the room's unique index on the hash fails the statement, so nothing of the batch is
+written or committed; the writer tells :meth:`StateStore.conflicted` and persists the batch again
+without a plan, group by group as :meth:`StateStore.store` does alone (the room's lock makes the check
+and the insert one step: no one else stores the room's groups meanwhile).
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ INSERT INTO state_groups (id, room_id, parent, base, position, size, hash, delta
 SELECT g.id, %(room_id)s, g.parent, g.base, g.position, g.size, g.hash, g.delta
 FROM unnest(%(id)b::bigint[], %(parent)b::bigint[], %(base)b::bigint[], %(position)b::bigint[], %(size)b::bigint[],
     %(hash)b::bytea[], %(delta)b::bytea[]) AS g(id, parent, base, position, size, hash, delta)
-WHERE NOT EXISTS (SELECT 1 FROM state_groups s WHERE s.room_id = %(room_id)s AND s.hash = ANY(%(hash)b::bytea[]))
 """
+#: The unique index a planned group violates when its state is already stored in the room.
+HASH_INDEX = "state_groups_room_hash"
 _RESERVE_IDS = "SELECT nextval('state_group_id_seq') FROM generate_series(1, %(n)s)"
 #: State group IDs a process reserves at a time for planned groups.
 ID_BLOCK = 64
@@ -130,9 +132,8 @@ class StatePlan:
     rows: list[tuple[int, int | None, int | None, int, int, bytes, bytes]] = field(default_factory=list)
     by_hash: dict[bytes, Group] = field(default_factory=dict)
     entries: int = 0
-    #: Set by :meth:`StateStore.flush` when an identical state was already stored: nothing was written.
+    #: Set by :meth:`StateStore.conflicted`: an identical state was already stored, nothing was written.
     conflict: bool = False
-    _cursor: Any = None
 
 
 class StateStore:
@@ -265,8 +266,8 @@ class StateStore:
     ) -> Group:
         """The group whose state is ``parent``'s changed by ``change`` (an existing one if equal).
 
-        With a ``plan``, a new group is only planned (written by :meth:`flush`); ``same``: groups known to
-        be stored whose state the result may equal (the states a fork was resolved from).
+        With a ``plan``, a new group is only planned (its insert is :meth:`planned`); ``same``: groups known
+        to be stored whose state the result may equal (the states a fork was resolved from).
         """
         before = parent.state if parent is not None else EMPTY_STATE
         state = apply_delta(before, change)
@@ -349,32 +350,30 @@ class StateStore:
             self._free_ids = sorted((int(r[0]) for r in await cur.fetchall()), reverse=True)
         return self._free_ids.pop()
 
-    async def flush(self, conn: AsyncConnection[Any], plan: StatePlan) -> None:
-        """Send the insert of ``plan``'s groups (nothing if one of their states is already stored); in a
-        pipeline, its outcome is known after the sync: :meth:`settle`."""
+    def planned(self, plan: StatePlan) -> tuple[str, dict[str, Any]] | None:
+        """The insert of ``plan``'s groups (SQL and parameters; None: no group), to run in the batch's
+        statement; then :meth:`settled` once it committed, or :meth:`conflicted` if it failed on
+        :data:`HASH_INDEX`."""
         if not plan.rows:
-            return
+            return None
         ids, parents, bases, positions, sizes, hashes, deltas = (list(c) for c in zip(*plan.rows, strict=True))
         params = {
             "room_id": plan.room_id, "id": ids, "parent": parents, "base": bases, "position": positions,
             "size": sizes, "hash": hashes, "delta": deltas,
         }  # fmt: skip
-        plan._cursor = conn.cursor()
-        await plan._cursor.execute(_INSERT_PLANNED, params)
+        return _INSERT_PLANNED, params
 
-    def settle(self, plan: StatePlan) -> bool:
-        """Whether :meth:`flush` wrote ``plan``'s groups (False: :attr:`StatePlan.conflict`, nothing written)."""
-        if not plan.rows:
-            return True
-        if plan._cursor.rowcount != len(plan.rows):
-            plan.conflict = True
-            for group in plan.by_hash.values():
-                self._drop(group.id)
-            return False
+    def settled(self, plan: StatePlan) -> None:
+        """``plan``'s groups are stored: count them."""
         self.groups_written += len(plan.rows)
         self.entries_written += plan.entries
         self.bytes_written += sum(len(r[6]) for r in plan.rows)
-        return True
+
+    def conflicted(self, plan: StatePlan) -> None:
+        """``plan``'s insert failed on :data:`HASH_INDEX`: none of its groups exists; forget them."""
+        plan.conflict = True
+        for group in plan.by_hash.values():
+            self._drop(group.id)
 
     def _drop(self, group_id: int) -> None:
         group = self._cache.pop(group_id, None)

@@ -22,9 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection
 
-from factstream import HostApi, LruCache, Transaction
+from factstream import HostApi, LruCache
 from factstream_events.canonical import CanonicalJsonError, EventJsonError, canonical_json, parse_event_json
 from factstream_events.errors import EventConflict, Forbidden, InvalidEvent, UnknownEvent, UnknownRoom
 from factstream_events.eventid import EventIdError, content_hash, event_id_for, is_valid_event_id
@@ -58,11 +59,12 @@ PRESETS = {"private_chat": "invite", "public_chat": "public", "trusted_private_c
 
 _CONTENTS = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)s)"
 _TARGET = "SELECT sender, type, room_id FROM events WHERE event_id = %(event_id)s"
+#: A part of the batch's statement: a concurrent request under the same ID violates :data:`_TXN_KEY`.
 _CLAIM_TXN = """
 INSERT INTO event_txn_ids (user_id, txn_id, request_hash, event_id, inserted_ts)
 VALUES (%(user_id)s, %(txn_id)s, %(hash)s, %(event_id)s, %(ts)s)
-ON CONFLICT (user_id, txn_id) DO NOTHING RETURNING 1
 """
+_TXN_KEY = "event_txn_ids_pkey"
 _EARLIER_TXN = "SELECT request_hash, event_id FROM event_txn_ids WHERE user_id = %(user_id)s AND txn_id = %(txn_id)s"
 
 
@@ -247,19 +249,28 @@ class EventsStore:
                 prev, depth = [event_id], depth + 1
             return out
 
-        async def remember(txn_: Transaction, outcome: Persisted) -> None:
-            if txn is None or not outcome.stored:
-                return
+        def claim(stored: Sequence[str]) -> tuple[str, Mapping[str, Any]] | None:
+            """The transaction ID's claim, written with the events (a concurrent claim fails the batch)."""
+            if txn is None or not stored:
+                return None
             user, txn_id, digest = txn
-            params = {"user_id": user, "txn_id": txn_id, "hash": digest, "event_id": outcome.stored[0], "ts": now_ms()}
-            cur = await txn_.execute(_CLAIM_TXN, params)
-            if await cur.fetchone() is None:
-                raise EventConflict(f"transaction ID {txn_id!r} was used concurrently; retry the request")
+            return _CLAIM_TXN, {
+                "user_id": user,
+                "txn_id": txn_id,
+                "hash": digest,
+                "event_id": stored[0],
+                "ts": now_ms(),
+            }
 
         try:
-            outcome = await self.persister.persist_local(
-                room_id, build, new_room_version=new_room_version, before_commit=remember
-            )
+            try:
+                outcome = await self.persister.persist_local(
+                    room_id, build, new_room_version=new_room_version, also=claim
+                )
+            except psycopg.errors.UniqueViolation as exc:
+                if txn is None or exc.diag.constraint_name != _TXN_KEY:
+                    raise
+                raise EventConflict(f"transaction ID {txn[1]!r} was used concurrently; retry the request") from None
         except EventConflict:
             if txn is not None:
                 earlier = await self._earlier_txn(txn)
