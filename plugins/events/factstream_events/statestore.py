@@ -132,8 +132,6 @@ class StatePlan:
     rows: list[tuple[int, int | None, int | None, int, int, bytes, bytes]] = field(default_factory=list)
     by_hash: dict[bytes, Group] = field(default_factory=dict)
     entries: int = 0
-    #: Set by :meth:`StateStore.conflicted`: an identical state was already stored, nothing was written.
-    conflict: bool = False
 
 
 class StateStore:
@@ -371,7 +369,6 @@ class StateStore:
 
     def conflicted(self, plan: StatePlan) -> None:
         """``plan``'s insert failed on :data:`HASH_INDEX`: none of its groups exists; forget them."""
-        plan.conflict = True
         for group in plan.by_hash.values():
             self._drop(group.id)
 
