@@ -179,9 +179,7 @@ class Reads:
         for row in rows:
             if row.state_group is not None:
                 groups.setdefault(row.room_id, set()).add(row.state_group)
-        loaded: dict[int, Any] = {}
-        for room_id, ids in groups.items():
-            loaded.update(await self.states.load_many(conn, room_id, sorted(ids)))
+        loaded = await self.states.load_groups(conn, groups)
         member_events = [
             None if row.state_group is None else loaded[row.state_group].state.get(MEMBER, {}).get(user) for row in rows
         ]
@@ -201,7 +199,15 @@ class Reads:
     async def for_user(
         self, conn: AsyncConnection[Any], user: str, rows: Sequence[Row], *, is_peeking: dict[str, bool] | None = None
     ) -> list[bytes]:
-        """The events of ``rows`` the user may see, in order, each formatted for them.
+        """The events of ``rows`` the user may see, in order, each formatted for them (:meth:`visible`,
+        then :meth:`format`)."""
+        return await self.format(conn, await self.visible(conn, user, rows, is_peeking=is_peeking))
+
+    async def visible(
+        self, conn: AsyncConnection[Any], user: str, rows: Sequence[Row], *, is_peeking: dict[str, bool] | None = None
+    ) -> list[tuple[Row, str | None]]:
+        """The rows the user may see, in order, each with the user's membership at it; rows of any
+        number of rooms, read in the same few queries.
 
         ``is_peeking`` per room; for a room not given, the user is peeking unless they are joined to it
         or left it now (an invited or banned user reads as a stranger would, as the reference's
@@ -214,7 +220,7 @@ class Reads:
         for room_id in {r.room_id for r in rows} - peeking.keys():
             mine = await self.current_membership(conn, room_id, user)
             peeking[room_id] = mine is None or mine[0] not in ("join", "leave")
-        shown: list[tuple[Row, str]] = []
+        shown: list[tuple[Row, str | None]] = []
         for row, membership in zip(rows, memberships, strict=True):
             facts = EventFacts(
                 row.type, row.state_key, row.sender, row.outlier, row.visibility, row.membership, row.prev_membership
@@ -222,7 +228,7 @@ class Reads:
             verdict = check_event(user, facts, membership, is_peeking=peeking[row.room_id])
             if verdict.visible:
                 shown.append((row, verdict.membership))
-        return await self.format(conn, shown)
+        return shown
 
     async def _without_unheld_targets(self, conn: AsyncConnection[Any], rows: list[Row]) -> list[Row]:
         """``rows`` without the redactions whose target is not held in their room (events-semantics §8:

@@ -1,11 +1,12 @@
 """State groups in PostgreSQL: loading the state of a group, storing a new one (see ``statemath``).
 
-A load walks the group's base links in one recursive query that stops at the first group this process
-already holds, then replays the deltas on one working copy from the oldest down, copying a type's map
-only the first time it changes after a snapshot. The group asked for is kept in an LRU bounded by the
-number of state entries held, and so are the groups on the walk that are bases of later groups
-(positions multiple of :data:`~factstream_events.statemath.BRANCHING`) when the walks they can spare
-are worth the copy their snapshot costs (:func:`_worth_keeping`).
+A load walks the base links of the groups asked for (of any number of rooms) in one recursive query
+that stops at the groups this process already holds, then replays each group's deltas on one working
+copy from the oldest down, copying a type's map only the first time it changes after a snapshot. A
+group asked for is kept in an LRU bounded by the number of state entries held, and so are the groups
+on the walk that are bases of later groups (positions multiple of
+:data:`~factstream_events.statemath.BRANCHING`) when the walks they can spare are worth the copy their
+snapshot costs (:func:`_worth_keeping`).
 
 Groups are immutable, so the cache never needs invalidating; a group another process wrote is simply
 loaded on first use.
@@ -23,7 +24,7 @@ and the insert one step: no one else stores the room's groups meanwhile).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,15 +48,16 @@ from factstream_events.statemath import (
 #: The state entries the cache may hold (a 10,000-member room's state is 10,000 entries).
 DEFAULT_CACHE_ENTRIES = 1_000_000
 
+#: The base walks of several groups at once, each row once (``UNION``: walks that meet share the rest).
 _WALK = """
-WITH RECURSIVE walk(id, base, position, hash, delta, n) AS (
-    SELECT id, base, position, hash, delta, 1 FROM state_groups WHERE id = %(id)s
-  UNION ALL
-    SELECT g.id, g.base, g.position, g.hash, g.delta, w.n + 1
+WITH RECURSIVE walk(id, base, position, hash, delta) AS (
+    SELECT id, base, position, hash, delta FROM state_groups WHERE id = ANY(%(ids)b::bigint[])
+  UNION
+    SELECT g.id, g.base, g.position, g.hash, g.delta
     FROM walk w JOIN state_groups g ON g.id = w.base
-    WHERE w.base <> ALL(%(stop)b::bigint[])
+    WHERE w.base <> ALL(%(stop)s::bigint[])
 )
-SELECT id, base, position, hash, delta FROM walk ORDER BY n
+SELECT id, base, position, hash, delta FROM walk
 """
 _INSERT = """
 INSERT INTO state_groups (id, room_id, parent, base, position, size, hash, delta)
@@ -77,10 +79,15 @@ _RESERVE_IDS = "SELECT nextval('state_group_id_seq') FROM generate_series(1, %(n
 ID_BLOCK = 64
 
 
-async def _walk(conn: AsyncConnection[Any], group_id: int, stop: list[int]) -> list[tuple[Any, ...]]:
-    """The rows of :data:`_WALK`, in binary (the deltas as sent, not as hex text: a quarter of the time)."""
+async def _walk(conn: AsyncConnection[Any], group_ids: list[int], stop: list[int]) -> list[tuple[Any, ...]]:
+    """The rows of :data:`_WALK`, in binary (the deltas as sent, not as hex text: a quarter of the time).
+
+    ``stop`` goes as the text of an array literal: for the few hundred groups a busy room keeps cached,
+    half the time psycopg takes to dump a list of ints in binary.
+    """
+    text = "{" + ",".join(map(str, stop)) + "}"
     async with conn.cursor(binary=True) as cur:
-        await cur.execute(_WALK, {"id": group_id, "stop": stop})
+        await cur.execute(_WALK, {"ids": group_ids, "stop": text})
         return await cur.fetchall()
 
 
@@ -183,27 +190,90 @@ class StateStore:
         hit = self.cached(group_id)
         if hit is not None:
             return hit
-        self.loads += 1
-        stop = list(self._by_room.get(room_id, ()))
-        rows = await _walk(conn, group_id, stop)
-        if not rows:
-            raise StateGroupError(f"state group {group_id} of {room_id} does not exist")
+        return (await self.load_groups(conn, {room_id: [group_id]}))[group_id]
+
+    async def load_many(self, conn: AsyncConnection[Any], room_id: str, group_ids: list[int]) -> dict[int, Group]:
+        """:meth:`load` for several groups of one room, in one query."""
+        return await self.load_groups(conn, {room_id: group_ids})
+
+    async def load_groups(self, conn: AsyncConnection[Any], wanted: Mapping[str, Iterable[int]]) -> dict[int, Group]:
+        """The groups of ``wanted`` (room ID -> group IDs), those not cached read in one query.
+
+        The query walks every missing group's base links at once, stopping at the groups of those
+        rooms this process holds; each state is then replayed from the nearest held state (or the
+        empty state) on one working copy (module docstring). :class:`StateGroupError` if a group does
+        not exist.
+        """
+        out: dict[int, Group] = {}
+        missing: dict[int, str] = {}
+        for room_id, ids in wanted.items():
+            for gid in ids:
+                hit = self.cached(gid)
+                if hit is not None:
+                    out[gid] = hit
+                else:
+                    missing[gid] = room_id
+        if not missing:
+            return out
+        self.loads += len(missing)
+        stop = [g for room_id in set(missing.values()) for g in self._by_room.get(room_id, ())]
+        rows = await _walk(conn, list(missing), stop)
+        links, held = self._links_of(rows)
+        if held is None:  # a group the walk stopped at was evicted meanwhile: walk to the empty state
+            rows = await _walk(conn, list(missing), [])
+            links, held = self._links_of(rows)
+            assert held is not None
         self.rows_read += len(rows)
-        for gid, base, position, _, _ in rows:
-            self._links[int(gid)] = (None if base is None else int(base), int(position))
-        last_base = rows[-1][1]
+        for gid in sorted(missing, key=lambda g: links[g][1] if g in links else 0):
+            if gid not in links:
+                raise StateGroupError(f"state group {gid} of {missing[gid]} does not exist")
+            out[gid] = self._replay(gid, missing[gid], links, held)
+        return out
+
+    def _links_of(
+        self, rows: Sequence[tuple[Any, ...]]
+    ) -> tuple[dict[int, tuple[int | None, int, bytes, bytes]], dict[int, Group] | None]:
+        """The walk's rows by group ID, and the held groups it stopped at (None if one is gone: the
+        replay must not depend on a group the cache may evict while it runs, so they are taken now)."""
+        links: dict[int, tuple[int | None, int, bytes, bytes]] = {}
+        for gid, base, position, digest, blob in rows:
+            link = (None if base is None else int(base), int(position), bytes(digest), bytes(blob))
+            links[int(gid)] = link
+            self._links[int(gid)] = link[:2]
+        held: dict[int, Group] = {}
+        for base, *_ in links.values():
+            if base is not None and base not in links:
+                group = self._cache.get(base)
+                if group is None:
+                    return links, None
+                held[base] = group
+        return links, held
+
+    def _replay(
+        self,
+        group_id: int,
+        room_id: str,
+        links: Mapping[int, tuple[int | None, int, bytes, bytes]],
+        held: dict[int, Group],
+    ) -> Group:
+        """The state of ``group_id``: its deltas from the nearest held state (or the empty one) replayed
+        up the walk; the groups worth keeping on the way are kept, and added to ``held``."""
+        chain: list[int] = []
         start: State = EMPTY_STATE
-        if last_base is not None:
-            found = self.cached(int(last_base))
-            if found is not None:
-                start = found.state
-            else:  # evicted between the query and now: walk from the empty state
-                rows = await _walk(conn, group_id, [])
+        gid: int | None = group_id
+        while gid is not None:
+            known = held.get(gid)
+            if known is not None:
+                start = known.state
+                break
+            chain.append(gid)
+            gid = links[gid][0]
         work: dict[str, Any] = dict(start)
         owned: set[str] = set()
         result: Group | None = None
-        for gid, _, position, digest, blob in reversed(rows):
-            delta = decode_delta(bytes(blob))
+        for gid in reversed(chain):
+            _, position, digest, blob = links[gid]
+            delta = decode_delta(blob)
             for event_type, changes in delta.items():
                 if event_type not in owned:
                     work[event_type] = dict(work.get(event_type, {}))
@@ -217,21 +287,16 @@ class StateStore:
                 if not inner:
                     del work[event_type]
                     owned.discard(event_type)
-            gid = int(gid)
-            if gid == group_id or _worth_keeping(int(position), work):
-                group = Group(gid, room_id, int(position), bytes(digest), dict(work))
+            if gid == group_id or _worth_keeping(position, work):
+                group = Group(gid, room_id, position, digest, dict(work))
                 owned.clear()  # the snapshot shares the maps: the next change copies them again
                 self._keep(group)
+                held[gid] = group
                 result = group
-        assert result is not None and result.id == group_id
+        if result is None:  # the group itself was held (asked twice in one call)
+            return held[group_id]
+        assert result.id == group_id
         return result
-
-    async def load_many(self, conn: AsyncConnection[Any], room_id: str, group_ids: list[int]) -> dict[int, Group]:
-        """:meth:`load` for several groups (each walk stops at groups the earlier ones cached)."""
-        out: dict[int, Group] = {}
-        for gid in sorted(set(group_ids)):
-            out[gid] = await self.load(conn, room_id, gid)
-        return out
 
     # -- storing -----------------------------------------------------------------------------------
 

@@ -294,19 +294,27 @@ class Timeline:
                 order[room_id] = (membership, -1 if rank is None else int(rank))
                 by_room.setdefault(room_id, []).append(row_of(r[3:]))
             ranked = sorted(order, key=lambda room: (-order[room][1], room))
-            peeking = dict.fromkeys(ranked, False)
-            out: list[RoomTimeline] = []
+            kept: dict[str, list[Row]] = {}
+            limited: dict[str, bool] = {}
             for room_id in ranked:
                 rows = sorted(by_room[room_id], key=lambda row: (row.topological, row.stream), reverse=True)
-                limited = len(rows) > limit
-                kept = rows[:limit][::-1]
-                if order[room_id][0] == "invite":  # the invite itself, whatever the visibility
-                    events = await self.reads.format(conn, [(row, row.membership) for row in kept])
-                else:
-                    events = await self.reads.for_user(conn, user, kept, is_peeking=peeking)
-                first = kept[0] if kept else None
-                prev = f"t{first.topological}-{first.stream - 1}" if first is not None and limited else None
-                out.append(RoomTimeline(room_id, order[room_id][0], events, limited, prev))
+                limited[room_id] = len(rows) > limit
+                kept[room_id] = rows[:limit][::-1]
+            # Every room's rows are filtered and formatted together: a few queries in all, not per room.
+            joined = [row for room_id in ranked if order[room_id][0] != "invite" for row in kept[room_id]]
+            shown = await self.reads.visible(conn, user, joined, is_peeking=dict.fromkeys(ranked, False))
+            # an invite room shows the invite itself, whatever the visibility
+            shown += [
+                (row, row.membership) for room_id in ranked if order[room_id][0] == "invite" for row in kept[room_id]
+            ]
+            events: dict[str, list[bytes]] = {room_id: [] for room_id in ranked}
+            for (row, _), event in zip(shown, await self.reads.format(conn, shown), strict=True):
+                events[row.room_id].append(event)
+            out: list[RoomTimeline] = []
+            for room_id in ranked:
+                first = kept[room_id][0] if kept[room_id] else None
+                prev = f"t{first.topological}-{first.stream - 1}" if first is not None and limited[room_id] else None
+                out.append(RoomTimeline(room_id, order[room_id][0], events[room_id], limited[room_id], prev))
             return out
 
 
