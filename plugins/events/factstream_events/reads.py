@@ -62,9 +62,12 @@ Direction = Literal["b", "f"]
 _MISSING = object()
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    """An event as the reads see it (the ``events`` row and its JSON)."""
+class Row(msgspec.Struct, frozen=True, gc=False):
+    """An event as the reads see it (the ``events`` row and its JSON).
+
+    A struct, not a dataclass: a page builds one per event, and a frozen dataclass of 15 fields takes
+    1.6 µs to build against 0.07 µs (its fields are strings, numbers and bytes: no cycles to collect).
+    """
 
     event_id: str
     room_id: str
@@ -92,11 +95,17 @@ class Page:
     end: str | None
 
 
+async def fetch_binary(conn: AsyncConnection[Any], sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """The rows of ``sql`` in PostgreSQL's binary format: the stored JSON as its bytes, not as hex text to
+    decode (a third of a ``/messages`` page query's time); every other column loads as in text."""
+    async with conn.cursor(binary=True) as cur:
+        await cur.execute(sql, params)
+        return await cur.fetchall()
+
+
 def row_of(r: Sequence[Any]) -> Row:
-    return Row(
-        str(r[0]), str(r[1]), str(r[2]), r[3], str(r[4]), bool(r[5]), r[6], r[7], r[8],
-        None if r[9] is None else int(r[9]), int(r[10]), int(r[11]), r[12], r[13], bytes(r[14]),
-    )  # fmt: skip
+    """A row of ``SELECT {COLUMNS}, j.json`` (psycopg already gives each column its Python type)."""
+    return Row(*r)
 
 
 _encode = msgspec.json.Encoder().encode
@@ -153,8 +162,7 @@ class Reads:
         return version
 
     async def rows(self, conn: AsyncConnection[Any], event_ids: Sequence[str]) -> dict[str, Row]:
-        cur = await conn.execute(_BY_ID, {"ids": list(event_ids)})
-        return {r.event_id: r for r in map(row_of, await cur.fetchall())}
+        return {r.event_id: r for r in map(row_of, await fetch_binary(conn, _BY_ID, {"ids": list(event_ids)}))}
 
     async def _membership_of_events(self, conn: AsyncConnection[Any], event_ids: set[str]) -> dict[str, str | None]:
         """The membership each member event sets (immutable, so kept in a bounded cache)."""
@@ -400,8 +408,7 @@ class Reads:
                 f" AND {where} ORDER BY {order_by(direction)} LIMIT %(limit)s) AS e"
                 f" JOIN event_json j ON j.event_id = e.event_id ORDER BY {order_by(direction)}"
             )
-            cur = await conn.execute(sql, {**params, "room_id": room_id, "limit": limit})
-            rows = [row_of(r) for r in await cur.fetchall()]
+            rows = [row_of(r) for r in await fetch_binary(conn, sql, {**params, "room_id": room_id, "limit": limit})]
             # an invited or banned user reads a world_readable room as a stranger does
             peeking = mine is None or mine[0] in {"invite", "ban", "knock"}
             chunk = await self.for_user(conn, user, rows, is_peeking={room_id: peeking})

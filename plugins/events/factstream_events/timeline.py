@@ -27,7 +27,7 @@ from psycopg import AsyncConnection
 from factstream import Caches, HostApi, cached
 from factstream_events.changes import ChangeCache
 from factstream_events.errors import InvalidParam
-from factstream_events.reads import COLUMNS, Reads, Row, parse_token, row_of
+from factstream_events.reads import COLUMNS, Reads, Row, fetch_binary, parse_token, row_of
 from factstream_events.rows import EV, STATE, STATE_ALL, STREAM, EventsRow, event_data, state_data
 from factstream_events.validate import MEMBER
 
@@ -212,8 +212,8 @@ class Timeline:
             caps = dict.fromkeys(rooms, upto)
             memberships_now = dict.fromkeys(rooms, "join")
             if member_changed:
-                cur = await conn.execute(_MEMBERSHIP_CHANGES, {"user": user, "since": after, "upto": upto})
-                changes = [row_of(r) for r in await cur.fetchall()]
+                params = {"user": user, "since": after, "upto": upto}
+                changes = [row_of(r) for r in await fetch_binary(conn, _MEMBERSHIP_CHANGES, params)]
                 for change in changes:
                     if change.outlier:
                         continue
@@ -242,15 +242,12 @@ class Timeline:
         if not caps:
             return []
         names = sorted(caps)
-        cur = await conn.execute(
-            _NEW_IN_ROOMS, {"rooms": names, "caps": [caps[r] for r in names], "since": after, "limit": limit + 1}
-        )
+        params = {"rooms": names, "caps": [caps[r] for r in names], "since": after, "limit": limit + 1}
         by_room: dict[str, list[tuple[int, Row]]] = {}
-        for r in await cur.fetchall():
+        for r in await fetch_binary(conn, _NEW_IN_ROOMS, params):
             row = row_of(r)
             by_room.setdefault(row.room_id, []).append((row.stream, row))
-        cur = await conn.execute(_EX_OUTLIERS, {"since": after, "upto": upto, "rooms": names})
-        for r in await cur.fetchall():
+        for r in await fetch_binary(conn, _EX_OUTLIERS, {"since": after, "upto": upto, "rooms": names}):
             row = row_of(r[1:])
             if int(r[0]) <= caps[row.room_id]:
                 by_room.setdefault(row.room_id, []).append((int(r[0]), row))
@@ -285,8 +282,7 @@ class Timeline:
         if not 1 <= limit <= MAX_TIMELINE:
             raise InvalidParam(f"limit: must be from 1 to {MAX_TIMELINE}, not {limit}")
         async with self.host.database().autocommit() as conn:
-            cur = await conn.execute(_RECENT, {"user": user, "rooms": rooms, "limit": limit + 1})
-            fetched = await cur.fetchall()
+            fetched = await fetch_binary(conn, _RECENT, {"user": user, "rooms": rooms, "limit": limit + 1})
             order: dict[str, tuple[str, int]] = {}
             by_room: dict[str, list[Row]] = {}
             for r in fetched:
