@@ -48,16 +48,17 @@ from factstream_events.statemath import (
 #: The state entries the cache may hold (a 10,000-member room's state is 10,000 entries).
 DEFAULT_CACHE_ENTRIES = 1_000_000
 
-#: The base walks of several groups at once, each row once (``UNION``: walks that meet share the rest).
+#: The base walks of several groups at once, each group once (``UNION``: walks that meet share the
+#: rest). The walk carries only the links, so that ``UNION`` compares two numbers, not the deltas;
+#: the rows are then read by key (``= ANY(ARRAY(...))``: a join there is planned as a scan of the table).
 _WALK = """
-WITH RECURSIVE walk(id, base, position, hash, delta) AS (
-    SELECT id, base, position, hash, delta FROM state_groups WHERE id = ANY(%(ids)b::bigint[])
+WITH RECURSIVE walk(id, base) AS (
+    SELECT id, base FROM state_groups WHERE id = ANY(%(ids)b::bigint[])
   UNION
-    SELECT g.id, g.base, g.position, g.hash, g.delta
-    FROM walk w JOIN state_groups g ON g.id = w.base
+    SELECT g.id, g.base FROM walk w JOIN state_groups g ON g.id = w.base
     WHERE w.base <> ALL(%(stop)s::bigint[])
 )
-SELECT id, base, position, hash, delta FROM walk
+SELECT id, base, position, hash, delta FROM state_groups WHERE id = ANY(ARRAY(SELECT id FROM walk))
 """
 _INSERT = """
 INSERT INTO state_groups (id, room_id, parent, base, position, size, hash, delta)
