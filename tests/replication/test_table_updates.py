@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import msgspec
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from factstream import StreamSpec, StreamTable
@@ -82,7 +82,11 @@ layouts = st.lists(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(layout=layouts, limit=st.integers(1, 12))
+# A top-N sort by the token alone returned this page's first token's rows swapped (a CI run).
+@example(layout=[(397, "main", 2), (398, "main", 2), (399, "main", 3)], limit=3)
 def test_pages_return_each_row_once_in_order_without_splitting_a_token(paged_db, layout, limit):
+    """Every row of the writer once, in token order and each token's rows in the order they were
+    stored, whatever the plan."""
     rows = [(token, instance, f"{token}-{i}") for token, instance, n in layout for i in range(n)]
     store(paged_db, rows)
     pages = asyncio.run(page_through(paged_db, "main", 0, 3_000, limit))

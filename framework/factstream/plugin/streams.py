@@ -161,7 +161,8 @@ def table_update_function(spec: StreamSpec) -> UpdateFunction:
     """An update function reading rows straight from the backing tables.
 
     Every backing table must have a column for each field of the row type (same names). Rows are read
-    for one writer (``instance_column``), in token order; when more than ``limit`` rows are waiting,
+    for one writer (``instance_column``), in token order (a token's rows table by table, each table's
+    in the order they were stored); when more than ``limit`` rows are waiting,
     the rows of the last token are completed with a second query so that no token is split.
 
     A page reads at most ``PAGE_SPAN * limit`` tokens of the range (answering ``limited`` at the
@@ -173,16 +174,21 @@ def table_update_function(spec: StreamSpec) -> UpdateFunction:
     """
     fields = spec.row_fields
     selects = []
-    for t in spec.tables:
+    for i, t in enumerate(spec.tables):
         columns = ", ".join(f"{t.table}.{f}" for f in fields)
         wire_id = t.id_column if spec.positive else f"-{t.id_column}"
         selects.append(
-            f"SELECT {wire_id} AS token{', ' if fields else ''}{columns} FROM {t.table} "
+            f"SELECT {wire_id} AS token, {i} AS table_order, {t.table}.ctid AS row_order"
+            f"{', ' if fields else ''}{columns} FROM {t.table} "
             f"WHERE {t.instance_column} = %(instance)s AND {wire_id} > %(low)s AND {wire_id} <= %(high)s"
         )
     union = " UNION ALL ".join(selects)
-    page = f"SELECT * FROM ({union}) AS u ORDER BY token LIMIT %(limit)s"
-    rest = f"SELECT * FROM ({union}) AS u WHERE token = %(token)s"
+    # The rows of one token in a fixed order, the same on every read: table by table, each table's
+    # in the order they were stored (an append-only table's rows keep their place), as the writer
+    # sent them live. Ordered by the token alone, a sort could return them in any order.
+    order = "ORDER BY token, table_order, row_order"
+    page = f"SELECT * FROM ({union}) AS u {order} LIMIT %(limit)s"
+    rest = f"SELECT * FROM ({union}) AS u WHERE token = %(token)s {order}"
     row_type = spec.row_type
 
     async def update(
@@ -194,10 +200,10 @@ def table_update_function(spec: StreamSpec) -> UpdateFunction:
         params = {"instance": instance, "low": from_token, "high": high, "limit": limit}
         rows = await db.fetchall(page, params)
         if len(rows) < limit:
-            return [(int(r[0]), row_type(*r[1:])) for r in rows], high, high < upto_token
+            return [(int(r[0]), row_type(*r[3:])) for r in rows], high, high < upto_token
         last = int(rows[-1][0])
         kept = [r for r in rows if int(r[0]) < last]
         kept += await db.fetchall(rest, {**params, "token": last})
-        return [(int(r[0]), row_type(*r[1:])) for r in kept], last, True
+        return [(int(r[0]), row_type(*r[3:])) for r in kept], last, True
 
     return update
