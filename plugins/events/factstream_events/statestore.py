@@ -225,9 +225,12 @@ class StateStore:
             links, held = self._links_of(rows)
             assert held is not None
         self.rows_read += len(rows)
-        for gid in sorted(missing, key=lambda g: links[g][1] if g in links else 0):
+        for gid, room_id in missing.items():
             if gid not in links:
-                raise StateGroupError(f"state group {gid} of {missing[gid]} does not exist")
+                raise StateGroupError(f"state group {gid} of {room_id} does not exist")
+        # Lowest position first: a group asked for that is an ancestor of another is replayed (and held)
+        # before it, never found already held by its own replay.
+        for gid in sorted(missing, key=lambda g: links[g][1]):
             out[gid] = self._replay(gid, missing[gid], links, held)
         return out
 
@@ -294,9 +297,7 @@ class StateStore:
                 self._keep(group)
                 held[gid] = group
                 result = group
-        if result is None:  # the group itself was held (asked twice in one call)
-            return held[group_id]
-        assert result.id == group_id
+        assert result is not None and result.id == group_id
         return result
 
     # -- storing -----------------------------------------------------------------------------------
