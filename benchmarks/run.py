@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import caches_invalidation
 import codec
 import events_storage
+import http_latency
 import idgen_append
 import replication_e2e
 import spark_export
@@ -29,7 +30,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement (default 3)")
     parser.add_argument(
         "--only",
-        choices=["idgen", "codec", "replication", "caches", "export", "sync", "events"],
+        choices=["idgen", "codec", "replication", "caches", "export", "sync", "events", "http"],
         action="append",
         help="run only these (repeatable)",
     )
@@ -52,7 +53,7 @@ def main() -> None:
         migrator = Migrator(url, load_plugins())
         migrator.upgrade()
         migrator.close()
-        only = set(args.only or ["idgen", "codec", "replication", "caches", "export", "sync", "events"])
+        only = set(args.only or ["idgen", "codec", "replication", "caches", "export", "sync", "events", "http"])
         if "idgen" in only:
             print(f"idgen append ({args.seconds:g} s each):", flush=True)
             for line in idgen_append.run(url, args.seconds):
@@ -86,6 +87,12 @@ def main() -> None:
             events_storage.run(
                 url, args.seconds, scale=args.events_scale, emit=lambda line: print("  " + line, flush=True)
             )
+        if "http" in only:
+            print(
+                f"HTTP latency, kept-alive connections, a request at a time ({args.seconds:g} s a route):", flush=True
+            )
+            for line in http_latency.run(url, args.seconds):
+                print("  " + line, flush=True)
     finally:
         drop_database(url)
 

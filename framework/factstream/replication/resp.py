@@ -28,6 +28,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import hiredis
 import msgspec
 
+from factstream.sockets import set_nodelay
+
 log = logging.getLogger(__name__)
 
 
@@ -220,6 +222,7 @@ class RespClient(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        set_nodelay(transport)  # a reply must not wait for Redis's delayed ACK (factstream.sockets)
         self.transport = transport
         self.last_received = asyncio.get_running_loop().time()
 

@@ -48,6 +48,7 @@ from factstream.replication.tcp_connection import (
     Side,
     TcpConnection,
 )
+from factstream.sockets import set_nodelay
 
 __all__ = ["Capacity", "Link", "PositionVetter", "TcpClient", "TcpConnection", "TcpServer"]
 
@@ -108,6 +109,7 @@ class TcpServer:
         log.info("replication server listening on %s:%d", self.host, self.port)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        set_nodelay(writer.transport)  # explicit, not left to how the listener was made (factstream.sockets)
         conn = self.link.connection(reader, writer, "server")
         self.connections.add(conn)
         task = asyncio.current_task()
@@ -195,6 +197,7 @@ class TcpClient:
                 delay = min(delay * 2, self.max_backoff)
                 continue
             delay = 0.1
+            set_nodelay(writer.transport)
             conn = self.link.connection(reader, writer, "client")
             conn.name = f"{self.host}:{self.port}"
             self.connection = conn

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from factstream.sockets import nodelay, set_nodelay
 from factstream.testing.helpers import free_port, merge_config, wait_until
 
 START_TIMEOUT = 30.0
@@ -403,12 +404,22 @@ class TcpProxy:
 
         return self._call(count())
 
+    def nodelay(self) -> list[bool]:
+        """Whether TCP_NODELAY is set on each socket of each established link (accepted side, then target side)."""
+
+        async def read() -> list[bool]:
+            return [nodelay(w.transport) for link in list(self._links) for w in link]
+
+        return self._call(read())
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         except OSError:
             writer.transport.abort()
             return
+        for side in (writer, up_writer):  # the proxy must not add Nagle's delays to what it relays
+            set_nodelay(side.transport)
         self.accepted += 1
         link = (writer, up_writer)
         self._links.add(link)

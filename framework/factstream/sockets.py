@@ -1,0 +1,44 @@
+"""TCP_NODELAY on every TCP connection the project opens or accepts.
+
+Every protocol factstream speaks is request and answer (HTTP, the replication line protocol, RESP), and
+an answer often leaves as two writes (uvicorn sends a response's head and its body separately). With
+Nagle's algorithm on, the second write waits until the peer acknowledges the first, and a peer delays
+that acknowledgement by up to 40 ms: every small answer on a kept-alive connection then takes ~40 ms.
+
+asyncio sets TCP_NODELAY by itself only on sockets whose ``proto`` is ``IPPROTO_TCP``; a socket made
+with ``socket.socket(family, SOCK_STREAM)`` has ``proto`` 0, and so do the connections it accepts. The
+project therefore sets the option explicitly on each connection (:func:`set_nodelay`) rather than
+relying on how its listening socket happened to be created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+_TCP_FAMILIES = frozenset({socket.AF_INET, socket.AF_INET6})
+
+
+def set_nodelay(target: asyncio.BaseTransport | socket.socket | Any) -> bool:
+    """Turn Nagle's algorithm off on a TCP socket or the socket of an asyncio transport.
+
+    Returns whether the option was set: ``False`` for a Unix socket, a transport without a socket (an
+    in-memory test transport) or a socket already closed.
+    """
+    sock = target.get_extra_info("socket") if isinstance(target, asyncio.BaseTransport) else target
+    if sock is None or sock.family not in _TCP_FAMILIES or sock.type != socket.SOCK_STREAM:
+        return False
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:  # closed by the peer in the meantime
+        return False
+    return True
+
+
+def nodelay(target: asyncio.BaseTransport | socket.socket | Any) -> bool:
+    """Whether TCP_NODELAY is set on a socket or a transport's socket (``False`` for non-TCP ones)."""
+    sock = target.get_extra_info("socket") if isinstance(target, asyncio.BaseTransport) else target
+    if sock is None or sock.family not in _TCP_FAMILIES:
+        return False
+    return bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))

@@ -1,0 +1,68 @@
+"""TCP_NODELAY on both ends of a replication TCP link, on the Redis client's socket and on the test
+harness's proxy: a small command must never wait for the peer's delayed acknowledgement (see
+``factstream.sockets``). The option is read from each end's own socket."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from factstream.replication.resp import RedisAddress, RespClient
+from factstream.replication.tcp import TcpClient, TcpServer
+from factstream.sockets import nodelay, set_nodelay
+from factstream.testing.processes import TcpProxy
+
+
+async def test_both_ends_of_a_replication_tcp_link_set_nodelay(host_cluster):
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "notes")
+    server, client = main.transport.endpoint, worker.transport.endpoint
+    assert isinstance(server, TcpServer) and isinstance(client, TcpClient)
+    assert client.connection is not None
+    assert nodelay(client.connection.writer.transport)
+    assert [nodelay(c.writer.transport) for c in server.connections] == [True]
+
+
+async def test_the_redis_client_sets_nodelay(redis_url):
+    client = await RespClient.open(RedisAddress.from_url(redis_url))
+    try:
+        assert nodelay(client.transport)
+        assert await client.command("PING") in (b"PONG", "PONG")
+    finally:
+        client.close()
+
+
+async def test_the_test_proxy_sets_nodelay_on_both_of_its_connections():
+    backend_sockets: list[socket.socket] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        backend_sockets.append(writer.transport.get_extra_info("socket"))
+        await reader.read()
+
+    backend = await asyncio.start_server(serve, "127.0.0.1", 0)
+    proxy = TcpProxy(backend.sockets[0].getsockname()[1])
+    proxy.start()
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        for _ in range(500):
+            if backend_sockets and proxy.connections():
+                break
+            await asyncio.sleep(0.01)
+        assert proxy.nodelay() == [True, True]  # the accepted side and the side to the target
+        writer.close()
+    finally:
+        proxy.close()
+        backend.close()
+
+
+def test_set_nodelay_leaves_other_sockets_alone(tmp_path):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as unix:
+        assert set_nodelay(unix) is False
+        assert nodelay(unix) is False
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        assert set_nodelay(udp) is False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+        assert nodelay(tcp) is False
+        assert set_nodelay(tcp) is True
+        assert nodelay(tcp) is True
