@@ -48,8 +48,8 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
-from starlette.types import Message, Receive
+from starlette.routing import Match, Route, Router
+from starlette.types import Message, Receive, Scope, Send
 
 from factstream.errors import PluginError
 from factstream.host.auth import TokenAuthenticator, check_access
@@ -241,6 +241,31 @@ def check_routes(routes: Sequence[ApiRoute]) -> None:
                 raise PluginError(f"duplicate route '{method} {route.spec.path}': registered by both {a!r} and {b!r}")
 
 
+class _FixedPathsFirst(Router):
+    """Starlette's router, with the routes of a fixed path (``/health``, ``/sync``, ``/events``) found by
+    a dict lookup before the scan of every route's pattern (~25 regular expressions tried a request,
+    tens of microseconds when the route is late in the list). A miss, or a path whose method no route
+    there takes, goes through the scan as before, so 404, 405 and slash redirects are unchanged."""
+
+    def __init__(self, routes: Sequence[Route]) -> None:
+        super().__init__(routes=list(routes))
+        self._fixed: dict[str, list[Route]] = {}
+        for route in routes:
+            if "{" not in route.path:
+                self._fixed.setdefault(route.path, []).append(route)
+
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for route in self._fixed.get(scope["path"], ()):
+                match, child_scope = route.matches(scope)
+                if match is Match.FULL:
+                    scope.setdefault("router", self)
+                    scope.update(child_scope)
+                    await route.handle(scope, receive, send)
+                    return
+        await super().app(scope, receive, send)
+
+
 def build_app(host: HttpHost, routes: Sequence[ApiRoute], auth: TokenAuthenticator) -> Starlette:
     """The ASGI application serving ``routes`` for ``host``."""
     check_routes(routes)
@@ -248,10 +273,8 @@ def build_app(host: HttpHost, routes: Sequence[ApiRoute], auth: TokenAuthenticat
         Route(r.spec.path, wrap_endpoint(r, host, auth), methods=list(r.spec.methods), name=r.spec.name or None)
         for r in routes
     ]
-    app = Starlette(
-        routes=starlette_routes,
-        exception_handlers={HTTPException: _http_error, 500: _server_error},
-    )
+    app = Starlette(exception_handlers={HTTPException: _http_error, 500: _server_error})
+    app.router = _FixedPathsFirst(starlette_routes)
     app.state.host = host
     app.state.openapi = openapi_schema(host, routes)
     return app
