@@ -282,12 +282,12 @@ def test_redacts_target_before_v11_is_top_level(room_version: str) -> None:
     assert redacts_target({"type": "m.room.redaction", "content": {"redacts": "$content"}}, room_version) is None
 
 
-def test_redacts_target_v11_prefers_content() -> None:
+def test_redacts_target_v11_is_content_only() -> None:
     event = {"type": "m.room.redaction", "redacts": "$top", "content": {"redacts": "$content"}}
     assert redacts_target(event, "11") == "$content"
-    assert redacts_target({"type": "m.room.redaction", "redacts": "$top", "content": {}}, "11") == "$top"
-    assert redacts_target({"type": "m.room.redaction", "redacts": "$top", "content": {"redacts": 5}}, "11") == "$top"
-    assert redacts_target({"type": "m.room.redaction", "redacts": "$top", "content": "x"}, "11") == "$top"
+    assert redacts_target({"type": "m.room.redaction", "redacts": "$top", "content": {}}, "11") is None
+    assert redacts_target({"type": "m.room.redaction", "redacts": "$top", "content": {"redacts": 5}}, "11") is None
+    assert redacts_target({"type": "m.room.redaction", "redacts": "$top", "content": "x"}, "11") is None
 
 
 @pytest.mark.parametrize("room_version", KNOWN_ROOM_VERSIONS)

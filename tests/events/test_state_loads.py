@@ -114,3 +114,17 @@ async def test_a_group_that_does_not_exist_is_a_state_group_error(main, rooms) -
     async with main.api.database().autocommit() as conn:
         with pytest.raises(StateGroupError, match="state group 987654321 "):
             await states.load_groups(conn, {room_id: [next(iter(expected)), 987_654_321]})
+
+
+async def test_a_group_of_another_room_is_a_state_group_error_cold_or_cached(main, rooms) -> None:
+    """No read takes another room's state: a group asked for as another room's is refused, whether it is
+    read from the database or already cached."""
+    (mine, groups), (other, _) = rooms[0], rooms[1]
+    gid = next(iter(groups))
+    async with main.api.database().autocommit() as conn:
+        for states in (StateStore(), store_of(main).states):  # cold, then the writer's warm cache
+            with pytest.raises(StateGroupError, match=f"state group {gid} is of room {mine}, not {other}"):
+                await states.load_groups(conn, {other: [gid]})
+            with pytest.raises(StateGroupError, match=f"is of room {mine}"):
+                await states.load(conn, other, gid)
+            assert (await states.load(conn, mine, gid)).state == groups[gid]

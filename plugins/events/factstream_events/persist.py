@@ -6,12 +6,15 @@ than in PostgreSQL):
 
 1. lock the room (create its row when a remote batch brings its create event or its version);
 2. read what is already held of the batch's events and of their prev_events: an event stored with the
-   same bytes is skipped, with other bytes the batch is refused (409, the first kept); an event held as
-   an outlier and now sent normally is *de-outliered*;
+   same bytes is skipped, with other bytes the batch is refused (409, the first kept), and so is an ID
+   that comes twice in the batch with other bytes (the same bytes twice are stored once); an event
+   held as an outlier and now sent normally is *de-outliered*. References never cross rooms: a
+   prev_event held in another room refuses the batch (400), and a redaction applies only to an event
+   of its own room (one of another room is stored, never applied);
 3. order the batch so that prev_events come first, then per event: the state before it (its
    prev_events' states; several different ones are resolved by the ``resolve_state`` hook or the
-   default resolver), the state after it (a new state group for a state event), its history
-   visibility, the membership change;
+   default resolver; none: the empty state, which has a group like any state), the state after it
+   (a new state group for a state event), its history visibility, the membership change;
 4. reserve the stream IDs as late as possible (events-semantics §2: an early reservation holds
    readers back), from the ``events`` stream, or the ``backfill`` stream for backfilled batches;
 5. write the events, their JSON as received, edges, memberships, redactions; the forward extremities
@@ -314,6 +317,31 @@ def _batch_order(batch: Sequence[NewEvent]) -> list[NewEvent]:
     return out
 
 
+def _refuse_repeats_with_other_bytes(batch: Sequence[NewEvent]) -> None:
+    """:class:`EventConflict` (409) when an ID comes twice in ``batch`` with other bytes, as it would across
+    batches: which copy is the event cannot be decided, so nothing of the batch is stored."""
+    first: dict[str, bytes] = {}
+    for i, e in enumerate(batch):
+        raw = first.setdefault(e.event_id, e.raw)
+        if raw != e.raw:
+            raise EventConflict(f"events[{i}]: event {e.event_id} comes twice in the batch with other content")
+
+
+def _refuse_references_elsewhere(batch: Sequence[NewEvent], room_id: str, elsewhere: Mapping[str, str]) -> None:
+    """:class:`InvalidEvent` (400) naming the first ``prev_events`` entry of ``batch`` that is an event
+    held in another room (``elsewhere``: event ID -> its room). An event's graph is its room's: a state,
+    a visibility or a membership never comes from another room through it (the reference rejects such
+    an event too)."""
+    for i, e in enumerate(batch):
+        for p in e.fields.prev_events:
+            other = elsewhere.get(p)
+            if other is not None:
+                raise InvalidEvent(
+                    f"events[{i}].prev_events: {p} is an event of room {other}, not {room_id}; an event's "
+                    f"prev_events are events of its own room"
+                )
+
+
 #: Room views a writer keeps (a view is its room's forward extremities and history visibility values:
 #: a few hundred bytes; an evicted one is read again, one query, when its room is next written).
 MAX_ROOM_VIEWS = 10_000
@@ -408,6 +436,7 @@ class Persister:
         for e in batch:
             if e.fields.room_id != room_id:
                 raise InvalidEvent(f"event {e.event_id}: room_id is {e.fields.room_id}, not {room_id}")
+        _refuse_repeats_with_other_bytes(batch)
 
         batch_ids = [e.event_id for e in batch]
         wanted = list({p: None for e in batch for p in (e.event_id, *e.fields.prev_events)})
@@ -547,20 +576,25 @@ class Persister:
                 sent = await _send_lookups(conn, room_id, lookup, batch_ids, not local and not backfill)
             found = await _fetch_lookups(*sent)
         has_children = found.children
+        elsewhere: dict[str, str] = {}
         for eid, other_room, outlier, depth, stream, group, membership, raw in found.held:
-            if eid in batch_set and other_room != room_id:
-                raise EventConflict(f"event {eid} is already stored in another room, {other_room}")
+            if other_room != room_id:
+                if eid in batch_set:
+                    raise EventConflict(f"event {eid} is already stored in another room, {other_room}")
+                elsewhere[str(eid)] = str(other_room)
+                continue  # never a part of this room's graph (module docstring)
             held[str(eid)] = _Held(
                 bool(outlier), int(depth), int(stream), group, membership, bytes(raw) if raw is not None else None
             )
+        if elsewhere:
+            _refuse_references_elsewhere(batch, room_id, elsewhere)
 
         todo: list[NewEvent] = []
         duplicates: list[str] = []
         seen: set[str] = set()
         for e in batch:
             if e.event_id in seen:
-                duplicates.append(e.event_id)
-                continue
+                continue  # the same bytes again (:func:`_refuse_repeats_with_other_bytes`): stored once
             seen.add(e.event_id)
             old = held.get(e.event_id)
             if old is None:
@@ -611,11 +645,12 @@ class Persister:
             prev_groups: list[tuple[int, int, int]] = []
             for p in f.prev_events:
                 h = held.get(p)
-                if h is None or h.outlier or h.state_group is None:
+                if h is None or h.outlier:
                     if p not in in_batch:
                         backward.add(p)
                     continue
-                prev_groups.append((-h.depth, -h.stream, int(h.state_group)))
+                if h.state_group is not None:  # (None: an event stored before the empty state had a group)
+                    prev_groups.append((-h.depth, -h.stream, int(h.state_group)))
             prev_groups.sort()
             group_ids = list(dict.fromkeys(g for _, _, g in prev_groups))
             before: Group | None
@@ -634,6 +669,8 @@ class Persister:
                 after = await self.states.store(conn, room_id, before, change, plan)
                 if after is not before and before is not None:
                     derived[after.id] = (before.id, change)
+            elif after is None:  # the empty state is a state: only outliers have none
+                after = await self.states.empty(conn, room_id, plan)
             vis_before = await self._visibility(conn, view, before, in_batch)
             vis_after = vis_before if after is before else await self._visibility(conn, view, after, in_batch)
             row["visibility"] = stored_visibility(f.type, f.state_key, vis_after, vis_before)

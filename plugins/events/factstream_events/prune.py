@@ -173,18 +173,17 @@ def prune_event(event: dict[str, Any], room_version: str) -> dict[str, Any]:
 def redacts_target(event: dict[str, Any], room_version: str) -> str | None:
     """The ID of the event that the redaction ``event`` redacts, or None.
 
-    Up to room version 10 the target is the top-level ``redacts``; from version 11 it is
-    ``content.redacts``, falling back to the top-level key when the content has no string there. None when
-    ``event`` is not an ``m.room.redaction`` or names no target as a string. Raises
-    :class:`UnknownRoomVersion` for room versions outside 1-11.
+    Up to room version 10 the target is the top-level ``redacts`` (``content.redacts`` means nothing);
+    from version 11 it is ``content.redacts`` only (a top-level ``redacts`` is what clients are served,
+    never what the event says). None when ``event`` is not an ``m.room.redaction`` or names no target
+    as a string there. Raises :class:`UnknownRoomVersion` for room versions outside 1-11.
     """
     rules = _rules(room_version)
     if event.get("type") != "m.room.redaction":
         return None
     if rules.updated_rules:
         content = event.get("content")
-        if isinstance(content, dict) and isinstance(content.get("redacts"), str):
-            target: str = content["redacts"]
-            return target
-    top_level = event.get("redacts")
-    return top_level if isinstance(top_level, str) else None
+        target = content.get("redacts") if isinstance(content, dict) else None
+    else:
+        target = event.get("redacts")
+    return target if isinstance(target, str) else None

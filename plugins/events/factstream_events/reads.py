@@ -315,8 +315,10 @@ class Reads:
             row = rows.get(at)
             if row is None or row.room_id != room_id:
                 raise UnknownEvent(f"event {at} is not known in room {room_id}")
-            if row.state_group is None:
+            if row.outlier:
                 raise UnknownEvent(f"event {at} is an outlier: its state is not known here")
+            if row.state_group is None:  # stored before the empty state had a group: the empty state
+                return StateMap({})
             group = await self.states.load(conn, room_id, row.state_group)
             return StateMap(group.state)
 

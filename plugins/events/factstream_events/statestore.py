@@ -58,7 +58,8 @@ WITH RECURSIVE walk(id, base) AS (
     SELECT g.id, g.base FROM walk w JOIN state_groups g ON g.id = w.base
     WHERE w.base <> ALL(%(stop)s::bigint[])
 )
-SELECT id, base, position, hash, delta FROM state_groups WHERE id = ANY(ARRAY(SELECT id FROM walk))
+SELECT id, base, position, hash, delta, CASE WHEN id = ANY(%(ids)b::bigint[]) THEN room_id END
+FROM state_groups WHERE id = ANY(ARRAY(SELECT id FROM walk))
 """
 _INSERT = """
 INSERT INTO state_groups (id, room_id, parent, base, position, size, hash, delta)
@@ -109,7 +110,14 @@ def _worth_keeping(position: int, state: State) -> bool:
 
 
 class StateGroupError(LookupError):
-    """A state group that does not exist."""
+    """A state group that does not exist, or is not of the room that asks for it."""
+
+
+def _check_room(group_id: int, group_room: str, room_id: str) -> None:
+    """A room's reads and writes load only its own groups: a state never crosses rooms, even through a
+    row that names another room's group (the writer never stores one; this makes it an error, not a leak)."""
+    if group_room != room_id:
+        raise StateGroupError(f"state group {group_id} is of room {group_room}, not {room_id}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +198,7 @@ class StateStore:
         """The state group ``group_id`` of ``room_id``; :class:`StateGroupError` if it does not exist."""
         hit = self.cached(group_id)
         if hit is not None:
+            _check_room(group_id, hit.room_id, room_id)
             return hit
         return (await self.load_groups(conn, {room_id: [group_id]}))[group_id]
 
@@ -211,6 +220,7 @@ class StateStore:
             for gid in ids:
                 hit = self.cached(gid)
                 if hit is not None:
+                    _check_room(hit.id, hit.room_id, room_id)
                     out[gid] = hit
                 else:
                     missing[gid] = room_id
@@ -225,9 +235,11 @@ class StateStore:
             links, held = self._links_of(rows)
             assert held is not None
         self.rows_read += len(rows)
+        rooms = {int(r[0]): r[5] for r in rows if r[5] is not None}
         for gid, room_id in missing.items():
             if gid not in links:
                 raise StateGroupError(f"state group {gid} of {room_id} does not exist")
+            _check_room(gid, rooms[gid], room_id)
         # Lowest position first: a group asked for that is an ancestor of another is replayed (and held)
         # before it, never found already held by its own replay.
         for gid in sorted(missing, key=lambda g: links[g][1]):
@@ -240,7 +252,7 @@ class StateStore:
         """The walk's rows by group ID, and the held groups it stopped at (None if one is gone: the
         replay must not depend on a group the cache may evict while it runs, so they are taken now)."""
         links: dict[int, tuple[int | None, int, bytes, bytes]] = {}
-        for gid, base, position, digest, blob in rows:
+        for gid, base, position, digest, blob, _ in rows:
             link = (None if base is None else int(base), int(position), bytes(digest), bytes(blob))
             links[int(gid)] = link
             self._links[int(gid)] = link[:2]
@@ -393,6 +405,43 @@ class StateStore:
             self.entries_written += sum(len(c) for c in delta.values())
             self.bytes_written += len(blob)
         group = Group(gid, room_id, position, digest, state)
+        self._keep(group)
+        return group
+
+    async def empty(self, conn: AsyncConnection[Any], room_id: str, plan: StatePlan | None = None) -> Group:
+        """The room's group of the empty state: the state of an event whose ``prev_events`` hold no state
+        here (none held, or none given), which is a state like any other, not an outlier's lack of one.
+
+        Position 0, no parent, no base, an empty delta; stored once per room (its hash, that of the empty
+        state, is unique in the room), when an event first needs it. Its children base their deltas on it
+        as on any group. With a ``plan``, a new one is only planned (as :meth:`store` does).
+        """
+        if plan is not None and EMPTY_HASH in plan.by_hash:
+            return plan.by_hash[EMPTY_HASH]
+        cur = await conn.execute(_SAME, {"room_id": room_id, "hash": EMPTY_HASH})
+        found = await cur.fetchone()
+        if found is not None:
+            gid, position, base = int(found[0]), int(found[1]), found[2]
+            self._links.setdefault(gid, (None if base is None else int(base), position))
+            group = Group(gid, room_id, position, EMPTY_HASH, EMPTY_STATE)
+            self._keep(group)
+            return group
+        blob = encode_delta({})
+        if plan is not None:
+            gid = await self._new_id(conn)
+            plan.rows.append((gid, None, None, 0, 0, EMPTY_HASH, blob))
+        else:
+            params = {"room_id": room_id, "parent": None, "base": None, "position": 0, "size": 0}
+            cur = await conn.execute(_INSERT, {**params, "hash": EMPTY_HASH, "delta": blob})
+            row = await cur.fetchone()
+            assert row is not None  # none was stored: the room's lock is held
+            gid = int(row[0])
+            self.groups_written += 1
+            self.bytes_written += len(blob)
+        self._links[gid] = (None, 0)
+        group = Group(gid, room_id, 0, EMPTY_HASH, EMPTY_STATE)
+        if plan is not None:
+            plan.by_hash[EMPTY_HASH] = group
         self._keep(group)
         return group
 

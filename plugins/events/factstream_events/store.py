@@ -45,6 +45,7 @@ from factstream_events.validate import (
     POWER_LEVELS,
     REDACTION,
     BadEvent,
+    EventFields,
     check_event,
 )
 
@@ -416,26 +417,17 @@ class EventsStore:
         backfill: bool = False,
         room_version: str | None = None,
     ) -> Persisted:
-        """Store complete events as received (see the module docstring of ``persist``)."""
-        version = room_version or await self._room_version(room_id)
+        """Store complete events as received (see the module docstring of ``persist``).
+
+        The batch's events may come in any order: a room not held yet takes its version from its create
+        event wherever it is in the batch, else from ``room_version``; a ``room_version`` given must be
+        the room's."""
+        parsed = [_parse_remote(i, item) for i, item in enumerate(events)]
+        version = await self._batch_version(room_id, [event for event, _ in parsed], room_version)
         batch: list[NewEvent] = []
-        for i, item in enumerate(events):
+        for i, ((event, fields), item) in enumerate(zip(parsed, events, strict=True)):
             where = f"events[{i}]"
-            if len(item.raw) > MAX_EVENT_BYTES:
-                raise InvalidEvent(f"{where}: is {len(item.raw)} bytes of JSON; at most {MAX_EVENT_BYTES} are allowed")
-            try:
-                event = parse_event_json(item.raw)
-                fields = check_event(event, where)
-            except (EventJsonError, BadEvent) as exc:
-                raise InvalidEvent(f"{where}: {exc}" if isinstance(exc, EventJsonError) else str(exc)) from None
-            this_version = version
-            if event.get("type") == CREATE and event.get("state_key") == "":
-                content = event.get("content")
-                this_version = str(content.get("room_version", "1")) if isinstance(content, dict) else "1"
-            if this_version is None:
-                raise InvalidEvent(
-                    f"room_version: room {room_id} is not held here; give its version or its create event"
-                )
+            this_version = _create_version(event) or version  # a create event's ID follows its own version
             if this_version not in LOOSE_JSON_VERSIONS:
                 for name in ("depth", "origin_server_ts"):
                     if event[name] > MAX_SAFE_INTEGER:
@@ -446,10 +438,21 @@ class EventsStore:
                 computed = _remote_event_id(event, this_version, item.event_id)
             except (EventIdError, UnknownRoomVersion, CanonicalJsonError) as exc:
                 raise InvalidEvent(f"{where}.event_id: {exc}") from None
-            if version is None:
-                version = this_version
             batch.append(NewEvent(computed, item.raw, event, fields, item.outlier))
         return await self.persister.persist(room_id, batch, backfill=backfill, room_version=version)
+
+    async def _batch_version(self, room_id: str, events: Sequence[Mapping[str, Any]], given: str | None) -> str:
+        """The version of a remote batch's room: the held room's, else its create event's (anywhere in the
+        batch), else ``given``; a ``given`` version that is not the room's is refused."""
+        held = await self._room_version(room_id)
+        create = next((v for v in map(_create_version, events) if v is not None), None)
+        version = held or create or given
+        if version is None:
+            raise InvalidEvent(f"room_version: room {room_id} is not held here; give its version or its create event")
+        if given is not None and given != version:
+            source = "the room held here" if held else "the batch's create event"
+            raise InvalidEvent(f"room_version: {source} says room {room_id} is of version {version}, not {given!r}")
+        return version
 
     async def _room_version(self, room_id: str) -> str | None:
         """The room's version (read once per room and process), or None for a room not held here."""
@@ -458,6 +461,26 @@ class EventsStore:
                 return await self.reads.room_version(conn, room_id)
         except UnknownRoom:
             return None
+
+
+def _parse_remote(index: int, item: RemoteEvent) -> tuple[dict[str, Any], EventFields]:
+    """The parsed JSON of a remote event and its indexed fields; :class:`InvalidEvent` naming the field."""
+    where = f"events[{index}]"
+    if len(item.raw) > MAX_EVENT_BYTES:
+        raise InvalidEvent(f"{where}: is {len(item.raw)} bytes of JSON; at most {MAX_EVENT_BYTES} are allowed")
+    try:
+        event = parse_event_json(item.raw)
+        return event, check_event(event, where)
+    except (EventJsonError, BadEvent) as exc:
+        raise InvalidEvent(f"{where}: {exc}" if isinstance(exc, EventJsonError) else str(exc)) from None
+
+
+def _create_version(event: Mapping[str, Any]) -> str | None:
+    """The room version a create event names (``"1"`` when it names none); None for other events."""
+    if event.get("type") != CREATE or event.get("state_key") != "":
+        return None
+    content = event.get("content")
+    return str(content.get("room_version", "1")) if isinstance(content, dict) else "1"
 
 
 def _remote_event_id(event: Mapping[str, Any], room_version: str, given: str | None) -> str:

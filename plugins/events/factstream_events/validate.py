@@ -122,8 +122,6 @@ def check_event(event: Mapping[str, Any], where: str = "event") -> EventFields:
             raise BadEvent(
                 f"{where}.content.membership: must be one of {', '.join(sorted(MEMBERSHIPS))}, not {membership!r:.40}"
             )
-    relates = content.get("m.relates_to")
-    relates_to = relates.get("event_id") if isinstance(relates, dict) else None
     return EventFields(
         room_id=room_id,
         type=event_type,
@@ -134,5 +132,16 @@ def check_event(event: Mapping[str, Any], where: str = "event") -> EventFields:
         prev_events=tuple(dict.fromkeys(prev_ids)),
         content=content,
         membership=membership,
-        relates_to=relates_to if isinstance(relates_to, str) else None,
+        relates_to=relation_target(content),
     )
+
+
+def relation_target(content: Mapping[str, Any]) -> str | None:
+    """The event a ``content`` relates to: ``m.relates_to.event_id`` when ``m.relates_to`` is an object
+    with a string ``rel_type`` and a string ``event_id``; anything else is no relation (a reply's
+    ``m.in_reply_to`` alone, a ``rel_type`` that is not a string), as the Matrix spec reads it."""
+    relates = content.get("m.relates_to")
+    if not isinstance(relates, dict) or not isinstance(relates.get("rel_type"), str):
+        return None
+    target = relates.get("event_id")
+    return target if isinstance(target, str) else None
