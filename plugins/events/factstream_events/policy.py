@@ -1,26 +1,36 @@
 """The default policy for local events: who may send what, from the room's current state.
 
-A small subset of Matrix's authorisation rules, enough for a room to be safe to use (a plugin that
-implements the ``check_local_event`` hook replaces it; remote events are stored as given):
+A subset of Matrix's authorisation rules (and, for power levels, a little more), enough for a room to
+be safe to use: nobody gains a power they were not given, nor takes one from someone at or above
+their level. A plugin that implements the ``check_local_event`` hook replaces it; remote events are
+stored as given. The rules:
 
 * only the first event of a room may be ``m.room.create``, and a room has one;
 * to send anything a user must be joined, except to join (allowed when invited, when the join rule is
-  ``public``, or for the creator's first join) and to leave (allowed when joined, invited or knocking);
-* power levels (``m.room.power_levels``; without one the creator has 100 and everyone else 0):
-  state events need ``events[type]`` or ``state_default`` (50, or 0 without a power-levels event),
-  other events ``events[type]`` or ``events_default`` (0); inviting needs ``invite`` (0), kicking
-  ``kick`` (50) and banning or unbanning ``ban`` (50), each also more than the target's level;
-  redacting someone else's event needs ``redact`` (50); nobody may redact the create event;
-* nobody may invite a user who is joined or banned, or change another user's membership to join.
+  ``public``, or for the creator's first join; never when banned; only for themselves) and to leave
+  (allowed when joined, invited or knocking);
+* levels (``m.room.power_levels``; without one the creator has 100 and everyone else 0): a user's
+  level is ``users[user]``, else ``users_default`` (0). Inviting needs ``invite`` (0), the target not
+  joined or banned; kicking (the leave of a joined, invited or knocking user) needs ``kick`` (50) and
+  a level above the target's; banning needs ``ban`` (50) and a level above the target's; unbanning
+  (the leave of a banned user) needs both ``ban`` and ``kick`` and a level above the target's;
+* any other event needs the level of its type: ``events[type]``, else ``state_default`` for a state
+  event (50, or 0 without a power-levels event) and ``events_default`` (0) for the others; a
+  redaction needs that too, and ``redact`` (50) unless it redacts the sender's own event; nobody
+  may redact the create event;
+* a state event whose state key starts with ``@`` may only be sent by that user (Matrix's user-owned
+  state);
+* a new ``m.room.power_levels`` (state key ``""``) is judged by :func:`power_levels_change`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from factstream_events.validate import CREATE, MEMBER, REDACTION
+from factstream_events.validate import CREATE, MEMBER, POWER_LEVELS, REDACTION
 
 
 @dataclass(frozen=True)
@@ -36,14 +46,24 @@ class RoomFacts:
     redaction_target: tuple[str, str] | None = None
 
 
-def _int(value: object, default: int) -> int:
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+def _written(value: object) -> int | None:
+    """A level as a stored power-levels event writes it: an integer, or (room versions before 10) a
+    string of one; None for anything else."""
     if isinstance(value, bool):
-        return default
+        return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
+    if isinstance(value, str) and _INTEGER.fullmatch(value):
         return int(value)
-    return default
+    return None
+
+
+def _int(value: object, default: int) -> int:
+    written = _written(value)
+    return default if written is None else written
 
 
 def user_level(facts: RoomFacts, user: str) -> int:
@@ -56,15 +76,19 @@ def user_level(facts: RoomFacts, user: str) -> int:
     return _int(pl.get("users_default"), 0)
 
 
-#: The levels in force without a power-levels event (its own defaults are the ``default`` arguments).
-_WITHOUT_POWER_LEVELS = {"state_default": 0, "events_default": 0, "invite": 0, "kick": 50, "ban": 50, "redact": 50}
+#: The top-level levels of a power-levels event and their values when the event leaves them out.
+LEVEL_DEFAULTS = dict(users_default=0, events_default=0, state_default=50, ban=50, kick=50, redact=50, invite=0)
+#: The levels in force without a power-levels event.
+WITHOUT_POWER_LEVELS = {**LEVEL_DEFAULTS, "state_default": 0}
+#: The objects of a power-levels event that map a name (user, event type, notification) to a level.
+LEVEL_MAPS = ("users", "events", "notifications")
 
 
 def needed(facts: RoomFacts, key: str, default: int) -> int:
     """The level action ``key`` needs (``kick``, ``state_default`` ...)."""
     pl = facts.power_levels
     if pl is None:
-        return _WITHOUT_POWER_LEVELS[key]
+        return WITHOUT_POWER_LEVELS[key]
     return _int(pl.get(key), default)
 
 
@@ -87,68 +111,200 @@ def check(event: Mapping[str, Any], facts: RoomFacts) -> str | None:
         return "the room already exists" if facts.exists else None
     if not facts.exists:
         return "the room does not exist"
-    mine = facts.memberships.get(sender)
     if event_type == MEMBER and isinstance(state_key, str):
         content = event.get("content")
-        membership = content.get("membership") if isinstance(content, dict) else None
-        target = facts.memberships.get(state_key)
-        level = user_level(facts, sender)
-        target_level = user_level(facts, state_key)
-        if membership == "join":
-            if state_key != sender:
-                return "a user can only join for themselves"
-            if mine == "ban":
-                return f"{sender} is banned from the room"
-            if mine in {"join", "invite"} or facts.join_rule == "public":
-                return None
-            if sender == facts.creator and not facts.memberships:
-                return None
-            return f"{sender} is not invited and the room's join rule is {facts.join_rule!r}"
-        if membership == "invite":
-            if mine != "join":
-                return f"{sender} is not in the room"
-            if target in {"join", "ban"}:
-                return f"{state_key} is {'already in' if target == 'join' else 'banned from'} the room"
-            if level < needed(facts, "invite", 0):
-                return f"{sender} may not invite (power level {level} < {needed(facts, 'invite', 0)})"
-            return None
-        if membership == "leave":
-            if state_key == sender:
-                return None if mine in {"join", "invite", "knock"} else f"{sender} is not in the room"
-            if mine != "join":
-                return f"{sender} is not in the room"
-            if target == "ban":
-                need = needed(facts, "ban", 50)
-                return None if level >= need else f"{sender} may not unban (power level {level} < {need})"
-            if target not in {"join", "invite", "knock"}:
-                return f"{state_key} is not in the room"
-            need = needed(facts, "kick", 50)
-            if level < need or level <= target_level:
-                return f"{sender} may not kick {state_key} (power level {level}; needs {need}, above {target_level})"
-            return None
-        if membership == "ban":
-            if mine != "join":
-                return f"{sender} is not in the room"
-            need = needed(facts, "ban", 50)
-            if level < need or level <= target_level:
-                return (
-                    f"{sender} may not ban {state_key} (power level {level}; needs {need} and more than {target_level})"
-                )
-            return None
-        return f"membership {membership!r} cannot be sent here"
-    if mine != "join":
+        return _check_membership(
+            sender, state_key, content.get("membership") if isinstance(content, dict) else None, facts
+        )
+    if facts.memberships.get(sender) != "join":
         return f"{sender} is not in the room"
     level = user_level(facts, sender)
-    if event_type == REDACTION:
-        redacted = facts.redaction_target
-        if redacted is not None and redacted[1] == CREATE:
-            return "the room's create event cannot be redacted"
-        if redacted is not None and redacted[0] == sender:
-            return None
-        need = needed(facts, "redact", 50)
-        return None if level >= need else f"{sender} may not redact others' events (power level {level} < {need})"
     need = event_level(facts, event_type, state_key is not None)
     if level < need:
         kind = "state event" if state_key is not None else "event"
         return f"{sender} may not send the {kind} {event_type} (power level {level} < {need})"
+    if isinstance(state_key, str) and state_key.startswith("@") and state_key != sender:
+        return f"state key {state_key!r} belongs to that user: only they may send it"
+    if event_type == POWER_LEVELS and state_key == "":
+        content = event.get("content")
+        return power_levels_change(sender, facts, content if isinstance(content, dict) else {})
+    if event_type == REDACTION:
+        return _check_redaction(sender, level, facts)
     return None
+
+
+def _check_redaction(sender: str, level: int, facts: RoomFacts) -> str | None:
+    redacted = facts.redaction_target
+    if redacted is not None and redacted[1] == CREATE:
+        return "the room's create event cannot be redacted"
+    if redacted is not None and redacted[0] == sender:
+        return None
+    need = needed(facts, "redact", 50)
+    return None if level >= need else f"{sender} may not redact others' events (power level {level} < {need})"
+
+
+def _check_membership(sender: str, target: str, membership: object, facts: RoomFacts) -> str | None:
+    mine = facts.memberships.get(sender)
+    theirs = facts.memberships.get(target)
+    level = user_level(facts, sender)
+    target_level = user_level(facts, target)
+    if membership == "join":
+        if target != sender:
+            return "a user can only join for themselves"
+        if mine == "ban":
+            return f"{sender} is banned from the room"
+        if mine in {"join", "invite"} or facts.join_rule == "public":
+            return None
+        if sender == facts.creator and not facts.memberships:
+            return None
+        return f"{sender} is not invited and the room's join rule is {facts.join_rule!r}"
+    if membership == "leave" and target == sender:
+        return None if mine in {"join", "invite", "knock"} else f"{sender} is not in the room"
+    if mine != "join":
+        return f"{sender} is not in the room"
+    if membership == "invite":
+        if theirs in {"join", "ban"}:
+            return f"{target} is {'already in' if theirs == 'join' else 'banned from'} the room"
+        need = needed(facts, "invite", 0)
+        return None if level >= need else f"{sender} may not invite (power level {level} < {need})"
+    if membership == "leave":
+        if theirs == "ban":
+            return _outranks(sender, level, "unban", target, target_level, needed(facts, "ban", 50), facts)
+        if theirs not in {"join", "invite", "knock"}:
+            return f"{target} is not in the room"
+        return _outranks(sender, level, "kick", target, target_level, None, facts)
+    if membership == "ban":
+        return _outranks(sender, level, "ban", target, target_level, None, facts)
+    return f"membership {membership!r} cannot be sent here"
+
+
+def _outranks(
+    sender: str, level: int, action: str, target: str, target_level: int, ban: int | None, facts: RoomFacts
+) -> str | None:
+    """Kicking, banning and unbanning: the action's level (unbanning: ``ban``, then ``kick``) and a
+    level above the target's."""
+    need = needed(facts, "ban" if action == "ban" else "kick", 50)
+    if ban is not None and level < ban:
+        return f"{sender} may not unban {target} (power level {level} < ban level {ban})"
+    if level < need or level <= target_level:
+        return f"{sender} may not {action} {target} (power level {level}; needs {need} and more than {target_level})"
+    return None
+
+
+# -- m.room.power_levels ----------------------------------------------------------------------------
+
+#: A level of a power-levels event: ``("", field)`` for a top-level one, ``(map, name)`` for an entry
+#: of ``users``, ``events`` or ``notifications``.
+Slot = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Levels:
+    """A power-levels content read as levels: those it writes, and the defaults it falls back to."""
+
+    written: Mapping[Slot, int]
+    defaults: Mapping[str, int]
+
+    @classmethod
+    def of(cls, content: Mapping[str, Any] | None, creator: str | None) -> Levels:
+        """The levels of a stored content (a value that is not a level counts as absent); of a room
+        without a power-levels event (None): the creator at 100, the defaults of such a room."""
+        if content is None:
+            return cls({("users", creator): 100} if creator else {}, WITHOUT_POWER_LEVELS)
+        written: dict[Slot, int] = {}
+        for name in LEVEL_DEFAULTS:
+            value = _written(content.get(name))
+            if value is not None:
+                written["", name] = value
+        for group in LEVEL_MAPS:
+            entries = content.get(group)
+            for name, raw in entries.items() if isinstance(entries, dict) else ():
+                value = _written(raw)
+                if value is not None:
+                    written[group, name] = value
+        return cls(written, LEVEL_DEFAULTS)
+
+    def in_force(self, slot: Slot) -> int | None:
+        """The level in force at ``slot``: the written one, else its default (a user's is
+        ``users_default``); None for an unwritten event type or notification (its default depends on
+        what is sent)."""
+        if slot in self.written:
+            return self.written[slot]
+        group, name = slot
+        if group == "":
+            return self.defaults[name]
+        if group == "users":
+            return self.in_force(("", "users_default"))
+        return None
+
+
+def invalid_levels(content: Mapping[str, Any]) -> str | None:
+    """Why a new power-levels content cannot be judged (a level that is not an integer, a map that is
+    not an object), or None."""
+    for name in LEVEL_DEFAULTS:
+        if name in content and (isinstance(content[name], bool) or not isinstance(content[name], int)):
+            return f"power levels: {name} must be an integer, not {content[name]!r:.40}"
+    for group in LEVEL_MAPS:
+        entries = content.get(group, {})
+        if not isinstance(entries, dict):
+            return f"power levels: {group} must be an object of levels, not {entries!r:.40}"
+        for name, value in entries.items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                return f"power levels: {group}[{name!r}] must be an integer, not {value!r:.40}"
+    return None
+
+
+def _slot_name(slot: Slot) -> str:
+    group, name = slot
+    return name if group == "" else f"{group}[{name!r}]"
+
+
+def power_levels_change(sender: str, facts: RoomFacts, content: Mapping[str, Any]) -> str | None:
+    """Why ``sender`` may not replace the room's power levels with ``content`` (a sentence), or None.
+
+    Every level the old or the new content writes, and every top-level level, is compared before and
+    after, both as written and as in force (a level left out falls back to its default: a user's to
+    ``users_default``). A level changes when either differs. The sender's level is ``own``. A change
+    is refused when:
+
+    * the old level (written or in force) is above ``own``: nobody changes, or removes, a level
+      beyond their reach;
+    * the new level (written or in force) is above ``own``: nobody sets a level beyond their own,
+      themselves included;
+    * it is another user's level, and that user's level in force is at least ``own``: nobody changes
+      the level of a peer or a superior (a user may lower their own);
+    * it is ``users_default`` and that is at least ``own``: it is the level of every user without an
+      entry, peers of the sender among them.
+
+    This holds Matrix's rule for ``m.room.power_levels`` (the authorisation rules of the specification,
+    the reference's ``_check_power_levels``) on the written levels, ``notifications`` included, and
+    closes what it leaves open through defaults: removing a level that then falls back to a default
+    above ``own``, changing a user who has no entry but is at or above ``own`` by ``users_default``.
+    """
+    reason = invalid_levels(content)
+    if reason is not None:
+        return reason
+    own = user_level(facts, sender)
+    old = Levels.of(facts.power_levels, facts.creator)
+    new = Levels.of(content, None)
+    slots = sorted({*old.written, *new.written, *(("", name) for name in LEVEL_DEFAULTS)})
+    for slot in slots:
+        before = (old.written.get(slot), old.in_force(slot))
+        after = (new.written.get(slot), new.in_force(slot))
+        if before == after:
+            continue
+        name = _slot_name(slot)
+        if any(v is not None and v > own for v in before):
+            return f"{sender} may not change {name}, now {_shown(before)}: above their power level {own}"
+        if any(v is not None and v > own for v in after):
+            return f"{sender} may not set {name} to {_shown(after)}: above their power level {own}"
+        level_now = old.in_force(slot)
+        peer = (slot[0] == "users" and slot[1] != sender) or slot == ("", "users_default")
+        if peer and level_now is not None and level_now >= own:
+            return f"{sender} may not change {name}, now {level_now}: not below their power level {own}"
+    return None
+
+
+def _shown(levels: tuple[int | None, int | None]) -> str:
+    written, in_force = levels
+    return str(in_force) if written is None else str(written)

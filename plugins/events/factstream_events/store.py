@@ -30,7 +30,7 @@ from factstream_events.canonical import CanonicalJsonError, EventJsonError, cano
 from factstream_events.errors import EventConflict, Forbidden, InvalidEvent, UnknownEvent, UnknownRoom
 from factstream_events.eventid import EventIdError, content_hash, event_id_for, is_valid_event_id
 from factstream_events.persist import NewEvent, Persisted, Persister, RoomView, now_ms
-from factstream_events.policy import RoomFacts
+from factstream_events.policy import LEVEL_DEFAULTS, RoomFacts
 from factstream_events.prune import KNOWN_ROOM_VERSIONS, UnknownRoomVersion
 from factstream_events.reads import Reads
 from factstream_events.statemath import State, apply_delta, default_resolve
@@ -347,17 +347,7 @@ class EventsStore:
             Draft(
                 POWER_LEVELS,
                 creator,
-                {
-                    "users": {creator: 100},
-                    "users_default": 0,
-                    "events_default": 0,
-                    "state_default": 50,
-                    "ban": 50,
-                    "kick": 50,
-                    "redact": 50,
-                    "invite": 0,
-                    "events": {},
-                },
+                {"users": {creator: 100}, **LEVEL_DEFAULTS, "events": {}},
                 "",
             ),
             Draft(JOIN_RULES, creator, {"join_rule": PRESETS[preset]}, ""),
