@@ -326,19 +326,21 @@ class Reads:
         """The state events (formatted for ``user``, or raw for a server) of the current state or after ``at``.
 
         A user reads the current state when joined (or when the room is ``world_readable``), the
-        state at their leave when they left, and the state after an event they may see.
+        state at their leave when they left (their own leave, even one they may not see as an event:
+        an unban after a ban, as the reference reads it), and the state after an event they may see.
         """
+        own_leave = False
         async with self.host.database().autocommit() as conn:
             if user is not None and at is None:
                 mine = await self.current_membership(conn, room_id, user)
                 if mine is not None and mine[0] == "leave":
-                    at = mine[3]
+                    at, own_leave = mine[3], True
                 elif mine is None or mine[0] != "join":
                     ids = await self.state_ids(room_id)
                     vis = ids.get(("m.room.history_visibility", ""))
                     if vis is None or not await self._world_readable(conn, vis):
                         raise Forbidden(f"{user} is not in room {room_id}")
-            if user is not None and at is not None:
+            if user is not None and at is not None and not own_leave:
                 await self.event(user, at)  # 404 unless the user may see it
         ids = await self.state_ids(room_id, at)
         async with self.host.database().autocommit() as conn:

@@ -2,7 +2,9 @@
 
 * :meth:`Timeline.new_events` (requirement 4): since a stream token, the user's membership changes in
   any room (invites, kicks, bans, out-of-band invites included), and the new events of every room they
-  are joined to, or left within the range (up to their leave), newest ``limit`` per room with
+  are joined to, or were joined to and left within the range (up to the leave, kick or ban that ended
+  their join; a user who never joined, such as one who rejected an invite, gets no timeline of the
+  room), newest ``limit`` per room with
   ``limited`` and a ``prev_batch`` token to page back from. Two stream change caches
   (:mod:`factstream_events.changes`: rooms by their last event, users by their last membership change)
   answer "nothing changed" without a query; the rooms that did change are read in one query
@@ -217,12 +219,15 @@ class Timeline:
                 for change in changes:
                     if change.outlier:
                         continue
-                    if change.membership in ("leave", "ban"):
-                        caps[change.room_id] = change.stream  # their timeline ends at their leave
-                        memberships_now[change.room_id] = change.membership
-                    elif change.membership == "join":
+                    if change.membership == "join":
                         caps[change.room_id] = upto
                         memberships_now[change.room_id] = "join"
+                    elif change.prev_membership == "join":
+                        # their leave, kick or ban: their timeline ends there. A leave or ban that
+                        # ends no join (a rejected invite, a withdrawn knock) gives no timeline: the
+                        # user was never in the room (the change itself is in `memberships`)
+                        caps[change.room_id] = change.stream
+                        memberships_now[change.room_id] = str(change.membership)
             timelines = await self._new_in_rooms(conn, user, caps, memberships_now, after, upto, limit)
             # the user's own membership changes are theirs to see whatever the room's history
             # visibility (an invite to a `joined` room too), as the reference's sync sends them
