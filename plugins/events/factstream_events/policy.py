@@ -41,8 +41,11 @@ def _int(value: object, default: int) -> int:
         return default
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
+    if isinstance(value, str) and value.isascii() and value.removeprefix("-").isdigit():
+        try:
+            return int(value)
+        except ValueError:  # more digits than Python converts
+            return default
     return default
 
 
