@@ -113,7 +113,7 @@ def _optional_string(content: Mapping[str, Any], where: str, name: str) -> None:
 def _one_of(content: Mapping[str, Any], where: str, name: str, allowed: tuple[str, ...] | frozenset[str]) -> None:
     value = content.get(name)
     if not isinstance(value, str) or value not in allowed:
-        got = f"{value!r:.40}" if name in content else "missing"
+        got = f"{value!r:.40}" if isinstance(value, str) else _kind(value) if name in content else "missing"
         raise BadEvent(f"{where}{name}: must be one of {', '.join(sorted(allowed))}, not {got}")
 
 
@@ -135,7 +135,7 @@ def _power_levels(content: Mapping[str, Any], where: str, room_version: str) -> 
         for key, value in levels.items():
             if name == "users" and not is_user_id(key):
                 raise BadEvent(f"{where}users: the key {key!r:.60} is not a user ID")
-            _level(value, f"{where}{name}.{key}")
+            _level(value, f"{where}{name}.{key:.60}")
 
 
 def _member(content: Mapping[str, Any], where: str, room_version: str) -> None:
