@@ -7,11 +7,17 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any
+from urllib.parse import quote
 
 import pytest
+from factstream_events.contentrules import STATE_TYPES
+from factstream_events.errors import InvalidEvent
+from factstream_events.validate import MEMBERSHIPS, REDACTION
 
 from factstream.host.app import Host
 from tests.events import scenario
+from tests.events.conftest import store_of
+from tests.events.remote_history import RemoteRoom, persist
 from tests.events.scenario import (
     ALICE,
     BOB,
@@ -185,17 +191,20 @@ async def test_missing_and_mistyped_fields_of_local_requests(main, client, rooms
         (post(client, ALICE, f"/rooms/{rid}/kick", {"user_id": "bob"}), "user_id"),
         (post(client, ALICE, f"/rooms/{rid}/ban", {"user_id": BOB, "reason": 5}), "reason"),
         (put(client, ALICE, f"/rooms/{rid}/redact/$x/k1", {"reason": ["no"]}), "reason"),
-        (put(client, ALICE, f"/rooms/{rid}/state/{MEMBER}/{BOB}", {"membership": "dance"}), "membership"),
-        (put(client, ALICE, f"/rooms/{rid}/send/m.room.message/k2", {"n": 1.5}), "n"),
-        (put(client, ALICE, f"/rooms/{rid}/send/m.room.message/k3", {"n": 2**60}), "n"),
+        (put(client, ALICE, f"/rooms/{rid}/state/{MEMBER}/{BOB}", {"membership": "dance"}), "content.membership"),
+        (put(client, ALICE, f"/rooms/{rid}/send/m.room.message/k2", {"msgtype": "m.text", "body": "", "n": 1.5}), "n"),
+        (
+            put(client, ALICE, f"/rooms/{rid}/send/m.room.message/k3", {"msgtype": "m.text", "body": "", "n": 2**60}),
+            "n",
+        ),
     ]
     for request, field in cases:
-        await refused(main, request, 403 if field == "membership" else 400, field)
+        await refused(main, request, 400, field)
     reads = [
         ({"dir": "sideways"}, "dir"),
         ({"limit": "many"}, "limit"),
-        ({"limit": 0}, "limit"),
-        ({"limit": 1001}, "limit"),
+        ({"limit": -1}, "limit"),
+        ({"limit": "\u00b2"}, "limit"),
         ({"from": "garbage"}, "from"),
         ({"to": "t-1-1"}, "to"),
     ]
@@ -227,10 +236,14 @@ async def test_events_over_65536_bytes(main, client, rooms):
     )
     assert r.status_code == 200, r.text
     # a local event is measured as the server writes it
-    big = put(client, ALICE, f"/rooms/{room.room_id}/send/m.room.message/big", {"body": "b" * 65_500})
+    big = put(
+        client, ALICE, f"/rooms/{room.room_id}/send/m.room.message/big", {"msgtype": "m.text", "body": "b" * 65_500}
+    )
     await refused(main, big, 400, "65536")
     # a body over the plugin's request limit (1 MiB by default) is refused before it is read
-    huge = put(client, ALICE, f"/rooms/{room.room_id}/send/m.room.message/huge", {"body": "h" * 1_100_000})
+    huge = put(
+        client, ALICE, f"/rooms/{room.room_id}/send/m.room.message/huge", {"msgtype": "m.text", "body": "h" * 1_100_000}
+    )
     await refused(main, huge, 413)
 
 
@@ -255,8 +268,163 @@ async def test_a_local_event_past_the_deepest_depth_is_refused_naming_depth(main
     last, _ = remote_event(room_id, "m.room.message", ZED, {"body": "at the bottom"}, [b], 2**53 - 1)
     r = await client("server").post(f"/rooms/{room_id}/remote_events", content=remote_body([create, rules, bob, last]))
     assert r.status_code == 200, r.text
-    message = await refused(main, put(client, BOB, f"/rooms/{room_id}/send/m.room.message/d1", {"body": "x"}), 400)
+    message = await refused(
+        main, put(client, BOB, f"/rooms/{room_id}/send/m.room.message/d1", {"msgtype": "m.text", "body": "x"}), 400
+    )
     assert message.startswith("depth"), message
+
+
+def nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+async def test_a_remote_batch_nested_too_deeply_is_refused_naming_the_nesting(main, client, rooms):
+    """1,000 levels deep inside an event, or an event that is itself that deep, like a user's body."""
+    room, (_, _, message) = rooms
+    event = json.dumps(dict(message, content={"body": "x", "deep": "here"})).encode()
+    deep_event = event.replace(b'"here"', nested(1_000))
+    for body in (b'{"events": [' + deep_event + b"]}", b'{"events": [' + nested(1_000) + b"]}"):
+        await refused(main, post(client, "server", f"/rooms/{REMOTE}/remote_events", body), 400, "nested too deeply")
+    deep_content = b'{"msgtype": "m.text", "body": "x", "deep": ' + nested(1_000) + b"}"
+    send = put(client, ALICE, f"/rooms/{room.room_id}/send/m.room.message/deep", deep_content)
+    await refused(main, send, 400, "nested too deeply")
+
+
+# -- what a local event must be ---------------------------------------------------------------------------------
+
+
+async def test_the_send_route_refuses_state_types_and_redactions_naming_event_type(main, client, rooms):
+    """A type the plugin reads only as state has a state key; a redaction names its target."""
+    room, _ = rooms
+    for event_type in sorted(STATE_TYPES | {REDACTION}):
+        content = {
+            "membership": "join",
+            "name": "n",
+            "topic": "t",
+            "join_rule": "public",
+            "history_visibility": "shared",
+        }
+        send = put(client, ALICE, f"/rooms/{room.room_id}/send/{event_type}/st-{event_type}", content)
+        message = await refused(main, send, 400, "event_type", event_type)
+        assert ("state" in message) == (event_type != REDACTION), message
+    # as the Python API: the field is the event's type
+    for event_type in sorted(STATE_TYPES | {REDACTION}):
+        with pytest.raises(InvalidEvent, match=f"^type: {event_type}"):
+            await store_of(main).send(room.room_id, ALICE, event_type, {"membership": "join"})
+
+
+async def test_initial_state_entries_are_checked_naming_the_entry_and_the_field(main, client):
+    good = {"type": "org.example.x", "content": {}}
+    cases = [
+        ({"type": "", "content": {}}, "initial_state[1].type"),
+        ({"type": 5, "content": {}}, "initial_state[1].type"),
+        ({"content": {}}, "initial_state[1].type"),
+        ({"type": "t" * 256, "content": {}}, "initial_state[1].type"),
+        ({"type": "x.y", "state_key": 5, "content": {}}, "initial_state[1].state_key"),
+        ({"type": "x.y", "state_key": None, "content": {}}, "initial_state[1].state_key"),
+        ({"type": "x.y", "state_key": ["a"], "content": {}}, "initial_state[1].state_key"),
+        ({"type": "x.y", "state_key": "k" * 256, "content": {}}, "initial_state[1].state_key"),
+        ({"type": "x.y"}, "initial_state[1].content"),
+        ({"type": "x.y", "content": ["a"]}, "initial_state[1].content"),
+        ("x.y", "initial_state[1]"),
+        ({"type": "m.room.topic", "content": {"topic": 5}}, "initial_state[1].content.topic"),
+        ({"type": MEMBER, "state_key": "bob", "content": {"membership": "invite"}}, "initial_state[1].state_key"),
+    ]
+    for entry, field in cases:
+        await refused(main, post(client, ALICE, "/createRoom", {"initial_state": [good, entry]}), 400, field)
+    r = await client(ALICE).post("/createRoom", json={"initial_state": [good, dict(good, state_key="k")]})
+    assert r.status_code == 200, r.text
+
+
+#: Not user IDs (``@localpart:server``): each refused wherever a user ID is asked for.
+NOT_USER_IDS = [
+    "not-a-user",
+    "",
+    "@",
+    "@:hs",
+    "@bob",
+    "@bob:",
+    "bob:hs",
+    "@b ob:hs",
+    "@bob:h s",
+    "@b\tob:hs",
+    "@bob:hs:123456",
+    "@bob:h_s",
+    "@" + "b" * 252 + ":hs",
+]
+USER_IDS = [
+    "@bob:hs",
+    "@bob:hs:8448",
+    "@bob:[::1]",
+    "@bob:10.0.0.1:80",
+    "@b.o_b=+-:Example.org",
+    "@" + "b" * 251 + ":hs",
+]
+
+
+async def test_member_state_keys_and_user_ids_must_be_user_ids_on_every_route(main, client, rooms):
+    room, _ = rooms
+    rid = room.room_id
+    for bad in NOT_USER_IDS:
+        for membership in sorted(MEMBERSHIPS):
+            path = f"/rooms/{rid}/state/{MEMBER}" + (f"/{quote(bad, safe='')}" if bad else "")
+            await refused(main, put(client, ALICE, path, {"membership": membership}), 400, "state_key")
+        for verb in ("invite", "kick", "ban", "unban"):
+            await refused(main, post(client, ALICE, f"/rooms/{rid}/{verb}", {"user_id": bad}), 400, "user_id")
+        await refused(main, post(client, ALICE, "/createRoom", {"invite": [bad]}), 400, "invite")
+        entry = {"type": MEMBER, "state_key": bad, "content": {"membership": "invite"}}
+        await refused(main, post(client, ALICE, "/createRoom", {"initial_state": [entry]}), 400, "state_key")
+    for good in USER_IDS:
+        r = await client(ALICE).post(f"/rooms/{rid}/invite", json={"user_id": good})
+        assert r.status_code == 200 or good == BOB, (good, r.text)
+        r = await client(ALICE).put(f"/rooms/{rid}/state/{MEMBER}/{quote(good, safe='')}", json={"membership": "ban"})
+        assert r.status_code == 200, (good, r.text)
+
+
+async def test_messages_limit_above_1000_reads_1000_and_0_reads_nothing(main, client):
+    """As the reference: a larger ``limit`` is clamped to 1,000; ``limit=0`` answers no events and an
+    ``end`` equal to ``start``, from which paging goes on as from ``start``."""
+    room = RemoteRoom("!long:elsewhere")
+    room.create(ZED, history_visibility="world_readable")
+    for i in range(1_001):
+        room.add("m.room.message", ZED, {"msgtype": "m.text", "body": f"m{i}"})
+    await persist(store_of(main), room.room_id, room.events, batch=500)
+    url = f"/rooms/{room.room_id}/messages"
+    thousand = (await client(ALICE).get(url, params={"limit": 1_000})).json()
+    assert len(thousand["chunk"]) == 1_000
+    for limit in ("1001", "5000", "9" * 40):
+        r = await client(ALICE).get(url, params={"limit": limit})
+        assert r.status_code == 200 and r.json() == thousand, (limit, r.text[:200])
+    for direction in ("b", "f"):
+        start = (await client(ALICE).get(url, params={"limit": 3, "dir": direction})).json()["end"]
+        empty = (await client(ALICE).get(url, params={"limit": 0, "dir": direction, "from": start})).json()
+        assert empty == {"start": start, "end": start, "chunk": []}
+        after = await client(ALICE).get(url, params={"limit": 4, "dir": direction, "from": empty["end"]})
+        assert (
+            after.json() == (await client(ALICE).get(url, params={"limit": 4, "dir": direction, "from": start})).json()
+        )
+    newest = (await client(ALICE).get(url, params={"limit": 0})).json()
+    assert newest["chunk"] == [] and newest["end"] == newest["start"] == thousand["start"]
+
+
+async def test_odd_power_level_strings_of_a_remote_room_do_not_break_local_events(main, client):
+    """Levels as strings (room versions before 10 allow them) that are not plain decimal integers read
+    as the default, whatever Python's ``int`` would make of them."""
+    room_id = "!levels:elsewhere"
+    odd = {"@bob:hs": "\u00b2", "@carol:hs": "--5", "@dave:hs": "9" * 5_000, "@eve:hs": "\u0661"}
+    create, c = remote_event(room_id, "m.room.create", ZED, {"room_version": "9"}, [], 1, state_key="")
+    join, j = remote_event(room_id, MEMBER, ZED, {"membership": "join"}, [c], 2, state_key=ZED)
+    levels = {"users": {ZED: 100, **odd}, "state_default": "\u00b2"}
+    power, p = remote_event(room_id, "m.room.power_levels", ZED, levels, [j], 3, state_key="")
+    rules, _ = remote_event(room_id, "m.room.join_rules", ZED, {"join_rule": "public"}, [p], 4, state_key="")
+    r = await client("server").post(
+        f"/rooms/{room_id}/remote_events", content=remote_body([create, join, power, rules])
+    )
+    assert r.status_code == 200, r.text
+    for user in odd:
+        assert (await client(user).post(f"/rooms/{room_id}/join")).status_code == 200
+        r = await client(user).put(f"/rooms/{room_id}/state/m.room.topic", json={"topic": "mine"})
+        assert r.status_code == 403 and "power level 0 < 50" in r.text, r.text
 
 
 # -- unknown rooms, other rooms ------------------------------------------------------------------------------------
@@ -265,7 +433,7 @@ async def test_a_local_event_past_the_deepest_depth_is_refused_naming_depth(main
 async def test_local_writes_to_an_unknown_room(main, client, rooms):
     nowhere = "!nowhere:hs"
     for request in (
-        put(client, ALICE, f"/rooms/{nowhere}/send/m.room.message/u1", {"body": "x"}),
+        put(client, ALICE, f"/rooms/{nowhere}/send/m.room.message/u1", {"msgtype": "m.text", "body": "x"}),
         put(client, ALICE, f"/rooms/{nowhere}/state/m.room.topic", {"topic": "x"}),
         post(client, ALICE, f"/rooms/{nowhere}/join", {}),
         post(client, ALICE, f"/rooms/{nowhere}/leave", {}),
@@ -296,13 +464,16 @@ async def test_nul_characters(main, client, rooms):
     rid = room.room_id
     local = [
         (put(client, ALICE, f"/rooms/{rid}/send/m.room.message/n1", b'{"body": "a\x00b"}'), "body"),  # a raw NUL
-        (put(client, ALICE, f"/rooms/{rid}/send/m.room.message/n2", {"body": "a\x00b"}), "body"),  # escaped
+        (
+            put(client, ALICE, f"/rooms/{rid}/send/m.room.message/n2", {"msgtype": "m.text", "body": "a\x00b"}),
+            "body",
+        ),  # escaped
         (put(client, ALICE, f"/rooms/{rid}/send/m.room.message/n3", {"k\x00": 1}), "k"),
         (put(client, ALICE, f"/rooms/{rid}/send/m.room.message/n4", {"x": {"y": ["\x00"]}}), "x.y[0]"),
         (put(client, ALICE, f"/rooms/{rid}/state/m.room.topic/a%00b", {"topic": "t"}), "state_key"),
-        (put(client, ALICE, "/rooms/%21a%00b/send/m.room.message/n5", {"body": "x"}), "room_id"),
+        (put(client, ALICE, "/rooms/%21a%00b/send/m.room.message/n5", {"msgtype": "m.text", "body": "x"}), "room_id"),
         (put(client, ALICE, f"/rooms/{rid}/send/m.%00x/n6", {"body": "x"}), "event_type"),
-        (put(client, ALICE, f"/rooms/{rid}/send/m.room.message/n%007", {"body": "x"}), "txn_id"),
+        (put(client, ALICE, f"/rooms/{rid}/send/m.room.message/n%007", {"msgtype": "m.text", "body": "x"}), "txn_id"),
         (put(client, ALICE, f"/rooms/{rid}/redact/$a%00b/n8", {}), "event_id"),
         (post(client, ALICE, f"/rooms/{rid}/invite", {"user_id": "@b\x00b:hs"}), "user_id"),
         (post(client, ALICE, "/createRoom", {"name": "n\x00"}), "name"),
@@ -338,7 +509,9 @@ async def test_a_sender_the_token_does_not_own(main, client, rooms):
     r = await client("server").post(f"/rooms/{REMOTE}/remote_events", content=remote_body([message]))
     assert r.status_code == 200, r.text
     # a local event's sender is the token's user: a "sender" in the content changes nothing
-    r = await client(ALICE).put(f"/rooms/{rid}/send/m.room.message/s1", json={"body": "hi", "sender": BOB})
+    r = await client(ALICE).put(
+        f"/rooms/{rid}/send/m.room.message/s1", json={"msgtype": "m.text", "body": "hi", "sender": BOB}
+    )
     assert r.status_code == 200, r.text
     event = (await client(ALICE).get(f"/rooms/{rid}/event/{r.json()['event_id']}")).json()
     assert event["sender"] == ALICE and event["content"]["sender"] == BOB
@@ -359,23 +532,26 @@ async def test_a_sender_the_token_does_not_own(main, client, rooms):
 async def test_a_transaction_id_reused(main, client, rooms):
     room, _ = rooms
     rid = room.room_id
-    r = await client(ALICE).put(f"/rooms/{rid}/send/m.room.message/same", json={"body": "one"})
+    r = await client(ALICE).put(f"/rooms/{rid}/send/m.room.message/same", json={"msgtype": "m.text", "body": "one"})
     first = r.json()["event_id"]
     before = await table_counts(main)
-    r = await client(ALICE).put(f"/rooms/{rid}/send/m.room.message/same", json={"body": "one"})
+    r = await client(ALICE).put(f"/rooms/{rid}/send/m.room.message/same", json={"msgtype": "m.text", "body": "one"})
     assert r.status_code == 200 and r.json()["event_id"] == first
     assert await table_counts(main) == before
     for request in (
-        put(client, ALICE, f"/rooms/{rid}/send/m.room.message/same", {"body": "two"}),
+        put(client, ALICE, f"/rooms/{rid}/send/m.room.message/same", {"msgtype": "m.text", "body": "two"}),
         put(client, ALICE, f"/rooms/{rid}/send/m.room.notice/same", {"body": "one"}),
     ):
         await refused(main, request, 409, "same")
     # another user's transaction IDs are theirs
-    r = await client(BOB).put(f"/rooms/{rid}/send/m.room.message/same", json={"body": "two"})
+    r = await client(BOB).put(f"/rooms/{rid}/send/m.room.message/same", json={"msgtype": "m.text", "body": "two"})
     assert r.status_code == 200 and r.json()["event_id"] != first
     # retries racing each other store one event
     answers = await asyncio.gather(
-        *(client(ALICE).put(f"/rooms/{rid}/send/m.room.message/race", json={"body": "r"}) for _ in range(6))
+        *(
+            client(ALICE).put(f"/rooms/{rid}/send/m.room.message/race", json={"msgtype": "m.text", "body": "r"})
+            for _ in range(6)
+        )
     )
     assert {a.status_code for a in answers} == {200}
     assert len({a.json()["event_id"] for a in answers}) == 1
@@ -396,5 +572,7 @@ async def test_a_transaction_id_is_scoped_to_its_endpoint(main, client, rooms):
     target = await room.say(ALICE, "redact me")
     r = await client(ALICE).put(f"/rooms/{rid}/redact/{target}/shared-id", json={})
     assert r.status_code == 200, r.text
-    r = await client(ALICE).put(f"/rooms/{rid}/send/m.room.message/shared-id", json={"body": "a message"})
+    r = await client(ALICE).put(
+        f"/rooms/{rid}/send/m.room.message/shared-id", json={"msgtype": "m.text", "body": "a message"}
+    )
     assert r.status_code == 200, r.text

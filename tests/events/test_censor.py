@@ -32,8 +32,10 @@ async def raw(host, event_id):
 async def test_redacted_events_are_censored_after_the_retention_only(censoring, host_cluster):
     store = store_of(censoring)
     room = await store.create_room("@alice:hs", preset="public_chat")
-    secret = await store.send(room, "@alice:hs", "m.room.message", {"body": "secret", "extra": [1, 2]})
-    kept = await store.send(room, "@alice:hs", "m.room.message", {"body": "kept"})
+    secret = await store.send(
+        room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "secret", "extra": [1, 2]}
+    )
+    kept = await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "kept"})
     name = await store.send(room, "@alice:hs", "m.room.name", {"name": "Secret name"}, state_key="")
     originals = {e: await raw(censoring, e) for e in (secret, kept, name)}
     redactions = [await store.redact(room, "@alice:hs", e) for e in (secret, name)]
@@ -107,7 +109,7 @@ async def test_redactions_that_redact_nothing_censor_nothing(censoring, host_clu
 async def test_without_the_setting_nothing_is_ever_rewritten(main):
     store = store_of(main)
     room = await store.create_room("@alice:hs", preset="public_chat")
-    secret = await store.send(room, "@alice:hs", "m.room.message", {"body": "secret"})
+    secret = await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "secret"})
     before = await raw(main, secret)
     await store.redact(room, "@alice:hs", secret)
     assert await censor_once(main.api, now_ms=int(time.time() * 1000) + 365 * DAY_MS) == 0
@@ -133,7 +135,7 @@ async def test_the_job_runs_by_itself_on_the_events_writer(host_cluster, monkeyp
     main = await host_cluster("main", plugins={"events": {"censor_redactions_after_days": 1e-8}})
     store = store_of(main)
     room = await store.create_room("@alice:hs", preset="public_chat")
-    secret = await store.send(room, "@alice:hs", "m.room.message", {"body": "secret"})
+    secret = await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "secret"})
     await store.redact(room, "@alice:hs", secret)
 
     async def censored():
@@ -151,7 +153,7 @@ async def test_redactions_of_missing_targets_do_not_stall_the_job(censoring, mon
     # five redactions whose targets never arrive, older than the one that matters
     for i in range(5):
         await store.redact(room, "@alice:hs", f"$missing{i}")
-    secret = await store.send(room, "@alice:hs", "m.room.message", {"body": "secret"})
+    secret = await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "secret"})
     await store.redact(room, "@alice:hs", secret)
     assert await censor_once(censoring.api, now_ms=int(time.time() * 1000) + 3 * DAY_MS) == 1
     assert b"secret" not in await raw(censoring, secret)

@@ -223,7 +223,7 @@ async def test_the_check_local_event_example_refuses_links_in_public_rooms_only(
     await store.send(public, ALICE, "m.room.message", {"msgtype": "m.text", "body": "no link"})
     # the default policy still decides the rest
     with pytest.raises(Forbidden, match="not in the room"):
-        await store.send(private, BOB, "m.room.message", {"body": "hi"})
+        await store.send(private, BOB, "m.room.message", {"msgtype": "m.text", "body": "hi"})
     answer = await host_cluster.client(with_doc_hooks, token_of(ALICE)).put(
         f"/rooms/{public}/send/m.room.message/t1", content=msgspec.json.encode(link)
     )

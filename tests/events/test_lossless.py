@@ -286,8 +286,8 @@ async def test_local_content_canonical_json_cannot_hold_is_a_400_naming_it(main,
     r = await alice.post("/createRoom", json={"preset": "public_chat"})
     room = r.json()["room_id"]
     cases = {
-        b'{"body": "pi", "a": {"b": [1, 2.5]}}': ("content.a.b[1]", "float"),
-        b'{"body": "big", "n": 9007199254740992}': ("content.n", "9007199254740992"),
+        b'{"msgtype": "m.text", "body": "pi", "a": {"b": [1, 2.5]}}': ("content.a.b[1]", "float"),
+        b'{"msgtype": "m.text", "body": "big", "n": 9007199254740992}': ("content.n", "9007199254740992"),
     }
     for i, (body, (field, what)) in enumerate(cases.items()):
         r = await alice.put(f"/rooms/{room}/send/m.room.message/t{i}", content=body)

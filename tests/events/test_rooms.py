@@ -17,13 +17,13 @@ async def test_create_send_and_read_back(main, client):
     room = r.json()["room_id"]
     sent = []
     for i in range(5):
-        r = await alice.put(f"/rooms/{room}/send/m.room.message/t{i}", json={"body": f"hello {i}"})
+        r = await alice.put(f"/rooms/{room}/send/m.room.message/t{i}", json={"msgtype": "m.text", "body": f"hello {i}"})
         assert r.status_code == 200, r.text
         sent.append(r.json()["event_id"])
     # the same transaction ID again: the same event, nothing new stored
-    r = await alice.put(f"/rooms/{room}/send/m.room.message/t4", json={"body": "hello 4"})
+    r = await alice.put(f"/rooms/{room}/send/m.room.message/t4", json={"msgtype": "m.text", "body": "hello 4"})
     assert r.json()["event_id"] == sent[-1]
-    r = await alice.put(f"/rooms/{room}/send/m.room.message/t4", json={"body": "other"})
+    r = await alice.put(f"/rooms/{room}/send/m.room.message/t4", json={"msgtype": "m.text", "body": "other"})
     assert r.status_code == 409, r.text
 
     r = await alice.get(f"/rooms/{room}/messages", params={"limit": 3})
@@ -37,7 +37,7 @@ async def test_create_send_and_read_back(main, client):
 
     r = await alice.get(f"/rooms/{room}/event/{sent[0]}")
     assert r.status_code == 200, r.text
-    assert r.json()["content"] == {"body": "hello 0"}
+    assert r.json()["content"] == {"msgtype": "m.text", "body": "hello 0"}
 
     state = await reads_of(main).state_ids(room)
     assert state[("m.room.member", "@alice:hs")]
@@ -49,7 +49,7 @@ async def test_create_send_and_read_back(main, client):
 async def test_join_leave_and_visibility(main, client):
     store = store_of(main)
     room = await store.create_room("@alice:hs", preset="private_chat", history_visibility="joined")
-    before = await store.send(room, "@alice:hs", "m.room.message", {"body": "before bob"})
+    before = await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "before bob"})
     bob = client("@bob:hs")
     r = await bob.post(f"/rooms/{room}/join", json={})
     assert r.status_code == 403, r.text  # not invited, invite-only room
@@ -57,7 +57,7 @@ async def test_join_leave_and_visibility(main, client):
     assert r.status_code == 200, r.text
     r = await bob.post(f"/rooms/{room}/join", json={})
     assert r.status_code == 200, r.text
-    after = await store.send(room, "@bob:hs", "m.room.message", {"body": "after bob"})
+    after = await store.send(room, "@bob:hs", "m.room.message", {"msgtype": "m.text", "body": "after bob"})
     r = await bob.get(f"/rooms/{room}/messages", params={"limit": 50})
     ids = [e["event_id"] for e in r.json()["chunk"]]
     assert after in ids and before not in ids

@@ -21,8 +21,10 @@ async def test_new_events_since_a_token(main, client):
     elsewhere = await store.create_room("@alice:hs", preset="public_chat")  # bob never joins
     start = (await timeline.new_events("@bob:hs", None)).next
 
-    sent = [await store.send(lobby, "@alice:hs", "m.room.message", {"body": f"m{i}"}) for i in range(3)]
-    await store.send(elsewhere, "@alice:hs", "m.room.message", {"body": "not for bob"})
+    sent = [
+        await store.send(lobby, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": f"m{i}"}) for i in range(3)
+    ]
+    await store.send(elsewhere, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "not for bob"})
     private = await store.create_room("@alice:hs", invite=["@bob:hs"])
 
     got = await timeline.new_events("@bob:hs", start)
@@ -44,12 +46,12 @@ async def test_new_events_since_a_token(main, client):
 
     # nothing changed since: answered by the change caches, without reading the database
     before = (timeline.answered_from_caches, timeline.read_database)
-    await store.send(elsewhere, "@alice:hs", "m.room.message", {"body": "still not for bob"})
+    await store.send(elsewhere, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "still not for bob"})
     again = await timeline.new_events("@bob:hs", got.next)
     assert again.rooms == [] and again.memberships == []
     assert (timeline.answered_from_caches, timeline.read_database) == (before[0] + 1, before[1])
     # and a change in one of his rooms is found again
-    later = await store.send(lobby, "@alice:hs", "m.room.message", {"body": "new"})
+    later = await store.send(lobby, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "new"})
     found = await timeline.new_events("@bob:hs", got.next)
     assert [ids(r.events) for r in found.rooms] == [[later]]
     assert timeline.read_database == before[1] + 1
@@ -59,7 +61,9 @@ async def test_limited_timeline_pages_back_from_prev_batch(main, client):
     store = store_of(main)
     room = await store.create_room("@alice:hs", preset="public_chat")
     start = (await store.timeline.new_events("@alice:hs", None)).next
-    sent = [await store.send(room, "@alice:hs", "m.room.message", {"body": f"m{i}"}) for i in range(15)]
+    sent = [
+        await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": f"m{i}"}) for i in range(15)
+    ]
     got = await store.timeline.new_events("@alice:hs", start, limit=10)
     (timeline,) = got.rooms
     assert timeline.limited
@@ -78,14 +82,17 @@ async def test_leave_kick_and_ban_end_the_timeline_at_the_leave(main):
     for room in rooms:
         await store.change_membership(room, "@bob:hs", "@bob:hs", "join")
     start = (await timeline.new_events("@bob:hs", None)).next
-    before = {room: await store.send(room, "@alice:hs", "m.room.message", {"body": "before"}) for room in rooms}
+    before = {
+        room: await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "before"})
+        for room in rooms
+    }
     leaves = {
         rooms[0]: await store.change_membership(rooms[0], "@bob:hs", "@bob:hs", "leave"),
         rooms[1]: await store.change_membership(rooms[1], "@alice:hs", "@bob:hs", "leave"),  # kick
         rooms[2]: await store.change_membership(rooms[2], "@alice:hs", "@bob:hs", "ban"),
     }
     for room in rooms:
-        await store.send(room, "@alice:hs", "m.room.message", {"body": "after bob went"})
+        await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "after bob went"})
     got = await timeline.new_events("@bob:hs", start)
     by_room = {r.room_id: r for r in got.rooms}
     assert set(by_room) == set(rooms)
@@ -94,7 +101,9 @@ async def test_leave_kick_and_ban_end_the_timeline_at_the_leave(main):
     assert [by_room[r].membership for r in rooms] == ["leave", "leave", "ban"]
     assert sorted(ids(got.memberships)) == sorted(leaves.values())
     # after the leave, nothing more from those rooms
-    more = [await store.send(room, "@alice:hs", "m.room.message", {"body": "later"}) for room in rooms]
+    more = [
+        await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "later"}) for room in rooms
+    ]
     assert more
     assert (await timeline.new_events("@bob:hs", got.next)).rooms == []
 
@@ -103,9 +112,9 @@ async def test_joined_visibility_hides_history_before_the_join_in_new_events(mai
     store = store_of(main)
     room = await store.create_room("@alice:hs", preset="public_chat", history_visibility="joined")
     start = (await store.timeline.new_events("@bob:hs", None)).next
-    hidden = await store.send(room, "@alice:hs", "m.room.message", {"body": "before bob"})
+    hidden = await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "before bob"})
     join = await store.change_membership(room, "@bob:hs", "@bob:hs", "join")
-    shown = await store.send(room, "@alice:hs", "m.room.message", {"body": "after bob"})
+    shown = await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "after bob"})
     got = await store.timeline.new_events("@bob:hs", start)
     (timeline,) = got.rooms
     assert ids(timeline.events) == [join, shown]
@@ -145,7 +154,9 @@ async def test_recent_rooms_one_query_ranked_by_last_event(main, client):
     # activity in a shuffled order: the last room written to ranks first
     order = [3, 1, 4, 1, 5, 0, 2, 6, 5, 3, 5]
     for n, i in enumerate(order):
-        newest[rooms[i]].append(await store.send(rooms[i], "@alice:hs", "m.room.message", {"body": f"{n}"}))
+        newest[rooms[i]].append(
+            await store.send(rooms[i], "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": f"{n}"})
+        )
     invited = await store.create_room("@carol:hs", invite=["@bob:hs"])
     ranking = [invited] + [rooms[i] for i in dict.fromkeys(reversed(order))]
     ranking += [r for r in reversed(rooms) if r not in ranking]  # rooms without messages, by bob's join
@@ -176,9 +187,9 @@ async def test_recent_applies_history_visibility(main):
     store = store_of(main)
     room = await store.create_room("@alice:hs", preset="public_chat", history_visibility="joined")
     for i in range(5):
-        await store.send(room, "@alice:hs", "m.room.message", {"body": f"before {i}"})
+        await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": f"before {i}"})
     join = await store.change_membership(room, "@bob:hs", "@bob:hs", "join")
-    after = await store.send(room, "@alice:hs", "m.room.message", {"body": "after"})
+    after = await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "after"})
     (timeline,) = await store.timeline.recent("@bob:hs", rooms=5, limit=4)
     assert ids(timeline.events) == [join, after]
     (alice_view,) = await store.timeline.recent("@alice:hs", rooms=5, limit=4)
@@ -206,7 +217,9 @@ async def test_a_worker_started_later_answers_from_prefilled_caches_and_follows_
     room = await store.create_room("@alice:hs", preset="public_chat")
     await store.change_membership(room, "@bob:hs", "@bob:hs", "join")
     start = (await store.timeline.new_events("@bob:hs", None)).next
-    sent = [await store.send(room, "@alice:hs", "m.room.message", {"body": f"m{i}"}) for i in range(3)]
+    sent = [
+        await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": f"m{i}"}) for i in range(3)
+    ]
     quiet = await store.create_room("@alice:hs", preset="public_chat")
 
     worker = await host_cluster("worker1")
@@ -217,13 +230,13 @@ async def test_a_worker_started_later_answers_from_prefilled_caches_and_follows_
     assert [ids(t.events) for t in got.rooms] == [sent]
     # nothing changed for bob after the token main gives now: no database read
     now = (await store.timeline.new_events("@bob:hs", None)).next
-    await store.send(quiet, "@alice:hs", "m.room.message", {"body": "elsewhere"})
+    await store.send(quiet, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "elsewhere"})
     assert await worker.api.wait_for_stream_position("main", "events", store.timeline._stream.current_token())
     reads = remote.read_database
     assert (await remote.new_events("@bob:hs", now)).rooms == []
     assert remote.read_database == reads
     # a new event in bob's room replicates, and the worker's change cache finds it
-    later = await store.send(room, "@alice:hs", "m.room.message", {"body": "later"})
+    later = await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "later"})
     assert await worker.api.wait_for_stream_position("main", "events", store.timeline._stream.current_token())
     found = await remote.new_events("@bob:hs", now)
     assert [ids(t.events) for t in found.rooms] == [[later]]

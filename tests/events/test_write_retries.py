@@ -38,8 +38,8 @@ async def _stored(host: Host, event_id: str) -> NewEvent:
 async def test_a_local_batch_meeting_a_held_event_is_persisted_again_and_stores_nothing_twice(main):
     store = store_of(main)
     room = await store.create_room("@alice:hs", preset="public_chat")
-    first = await store.send(room, "@alice:hs", "m.room.message", {"body": "once"})
-    second = await store.send(room, "@alice:hs", "m.room.message", {"body": "then"})
+    first = await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "once"})
+    second = await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "then"})
     held = await _stored(main, first)  # not a forward extremity: only the database knows it is held
     events = await _count(main, "SELECT count(*) FROM events WHERE room_id = %(r)s", r=room)
     writer = main.api.stream(STREAM, EventsRow)
@@ -53,7 +53,7 @@ async def test_a_local_batch_meeting_a_held_event_is_persisted_again_and_stores_
     assert outcome.stored == [] and outcome.duplicates == [first]
     assert await _count(main, "SELECT count(*) FROM events WHERE room_id = %(r)s", r=room) == events
     # the room still takes writes, after the event it holds
-    after = await store.send(room, "@alice:hs", "m.room.message", {"body": "after"})
+    after = await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "after"})
     assert writer.current_token() > token
     edges = await main.api.database().fetchall(
         "SELECT prev_event_id FROM event_edges WHERE event_id = %(e)s", {"e": after}
@@ -99,7 +99,10 @@ async def test_one_transaction_id_sent_twice_at_once_stores_one_event(main):
     room = await store.create_room("@alice:hs", preset="public_chat")
     before = await _count(main, "SELECT count(*) FROM events WHERE room_id = %(r)s", r=room)
 
-    sends = [store.send(room, "@alice:hs", "m.room.message", {"body": "once only"}, txn_id="same") for _ in range(4)]
+    sends = [
+        store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "once only"}, txn_id="same")
+        for _ in range(4)
+    ]
     got = await asyncio.gather(*sends)
 
     assert len(set(got)) == 1

@@ -16,13 +16,13 @@ async def test_room_views_and_locks_stay_bounded_and_evicted_rooms_still_write_r
     persister.max_views = 5
     rooms = [await store.create_room("@alice:hs") for _ in range(12)]
     for room in rooms:
-        await store.send(room, "@alice:hs", "m.room.message", {"body": "one"})
+        await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "one"})
     assert persister.rooms_in_memory == (5, 0)
 
     # the first room's view was dropped: its next write reads the extremities again and chains on
     first = rooms[0]
     before = await reads_of(main).state_ids(first)
-    sent = await store.send(first, "@alice:hs", "m.room.message", {"body": "two"})
+    sent = await store.send(first, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "two"})
     page = await reads_of(main).messages("@alice:hs", first, direction="b", limit=3)
     bodies = [json.loads(e)["content"].get("body") for e in page.chunk][:2]
     assert bodies == ["two", "one"]
@@ -33,7 +33,9 @@ async def test_room_views_and_locks_stay_bounded_and_evicted_rooms_still_write_r
     assert await reads_of(main).state_ids(first) == before
 
     # many writes to one room at once queue on its lock; the lock is gone once they are done
-    sends = [store.send(first, "@alice:hs", "m.room.message", {"body": f"n{i}"}) for i in range(10)]
+    sends = [
+        store.send(first, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": f"n{i}"}) for i in range(10)
+    ]
     done = await asyncio.gather(*sends)
     assert len(set(done)) == 10
     assert persister.rooms_in_memory[1] == 0

@@ -57,7 +57,10 @@ def _written(value: object) -> int | None:
     if isinstance(value, int):
         return value
     if isinstance(value, str) and _INTEGER.fullmatch(value):
-        return int(value)
+        try:
+            return int(value)
+        except ValueError:  # more digits than Python converts
+            return None
     return None
 
 

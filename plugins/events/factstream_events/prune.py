@@ -50,7 +50,7 @@ def check_room_version(room_version: str) -> None:
     """Raise :class:`UnknownRoomVersion` unless ``room_version`` is one of :data:`KNOWN_ROOM_VERSIONS`."""
     if not isinstance(room_version, str) or room_version not in KNOWN_ROOM_VERSIONS:
         known = ", ".join(KNOWN_ROOM_VERSIONS)
-        raise UnknownRoomVersion(f"unknown room version {room_version!r}: the known versions are {known}")
+        raise UnknownRoomVersion(f"unknown room version {room_version!r:.60}: the known versions are {known}")
 
 
 def _rules(room_version: str) -> _Rules:

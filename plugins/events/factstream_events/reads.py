@@ -375,12 +375,15 @@ class Reads:
         """A page of the room's timeline for ``user`` (events-semantics §6 "Back-pagination").
 
         403 for a user who is invited but never joined, banned, or not in a room that is not
-        ``world_readable``; a user who left pages up to their leave.
+        ``world_readable``; a user who left pages up to their leave. ``limit``: events read, at most
+        :data:`MAX_PAGE` (a larger limit reads that many, as the reference); 0 reads none and ends
+        where it starts.
         """
         if direction not in ("b", "f"):
             raise InvalidParam(f"dir: must be 'b' or 'f', not {direction!r}")
-        if not 1 <= limit <= MAX_PAGE:
-            raise InvalidParam(f"limit: must be from 1 to {MAX_PAGE}, not {limit}")
+        if limit < 0:
+            raise InvalidParam(f"limit: must be 0 or more, not {limit}")
+        limit = min(limit, MAX_PAGE)
         start = parse_token("from", from_token)
         end = parse_token("to", to_token)
         async with self.host.database().autocommit() as conn:
@@ -419,6 +422,8 @@ class Reads:
         # A page that found events has an end, even when filtering showed none of them; only a page
         # past the last event has none (events-semantics §6).
         next_end = str(next_token(direction, rows[-1].topological, rows[-1].stream)) if rows else None
+        if limit == 0:  # nothing read, so nothing is known to end here: the next page starts where this one did
+            next_end = str(start)
         return Page(chunk, str(start), next_end)
 
     async def backfill(self, room_id: str, seeds: Sequence[str], limit: int) -> list[bytes]:

@@ -25,12 +25,14 @@ from starlette.responses import Response
 
 from factstream import HostApi, HttpError, RouteSpec, caller_can_write, calling_user, read_body, require_writer
 from factstream_events.canonical import EventJsonError, parse_event_json
+from factstream_events.contentrules import REDACT_ROUTE, STATE_TYPES, is_user_id, state_route
 from factstream_events.errors import EventsError
-from factstream_events.reads import DEFAULT_PAGE, Reads
+from factstream_events.reads import DEFAULT_PAGE, MAX_PAGE, Reads
 from factstream_events.rows import BACKFILL_STREAM, STREAM
 from factstream_events.settings import EventsSettings
 from factstream_events.store import EventsStore, RemoteEvent
 from factstream_events.timeline import DEFAULT_TIMELINE, RoomTimeline
+from factstream_events.validate import REDACTION
 
 Endpoint = Callable[[Request, HostApi], Awaitable[Any]]
 MAX_ID = 255
@@ -86,9 +88,23 @@ def _field(body: dict[str, Any], name: str, kind: type, default: Any = None) -> 
 
 
 def _user_id(value: Any, name: str = "user_id") -> str:
-    if not isinstance(value, str) or not value.startswith("@") or len(value) > MAX_ID:
-        raise HttpError(400, "M_INVALID_PARAM", f"{name}: must be a user ID (a string starting with '@')")
-    return value
+    if not is_user_id(value):
+        raise HttpError(400, "M_INVALID_PARAM", f"{name}: must be a user ID ('@localpart:server'), not {value!r:.60}")
+    return str(value)
+
+
+def _initial_state(item: Any, where: str) -> tuple[str, str, dict[str, Any]]:
+    """One ``initial_state`` entry as ``(type, state_key, content)``; a 400 naming what is wrong."""
+    if not isinstance(item, dict):
+        raise HttpError(400, "M_INVALID_PARAM", f"{where}: must be an object with type and content")
+    event_type, state_key, content = item.get("type"), item.get("state_key", ""), item.get("content")
+    if not isinstance(event_type, str) or not 1 <= len(event_type) <= MAX_ID:
+        raise HttpError(400, "M_INVALID_PARAM", f"{where}.type: must be a string of 1 to {MAX_ID} characters")
+    if not isinstance(state_key, str) or len(state_key) > MAX_ID:
+        raise HttpError(400, "M_INVALID_PARAM", f"{where}.state_key: must be a string of at most {MAX_ID} characters")
+    if not isinstance(content, dict):
+        raise HttpError(400, "M_INVALID_PARAM", f"{where}.content: must be an object")
+    return event_type, state_key, content
 
 
 @answers
@@ -97,15 +113,7 @@ async def create_room(request: Request, host: HostApi) -> dict[str, str]:
     require_writer(host, STREAM)
     body = await _object(request, host)
     initial = _field(body, "initial_state", list, [])
-    state: list[tuple[str, str, dict[str, Any]]] = []
-    for i, item in enumerate(initial):
-        if (
-            not isinstance(item, dict)
-            or not isinstance(item.get("type"), str)
-            or not isinstance(item.get("content"), dict)
-        ):
-            raise HttpError(400, "M_INVALID_PARAM", f"initial_state[{i}]: must be an object with type and content")
-        state.append((item["type"], str(item.get("state_key", "")), item["content"]))
+    state = [_initial_state(item, f"initial_state[{i}]") for i, item in enumerate(initial)]
     invite = [_user_id(u, "invite[]") for u in _field(body, "invite", list, [])]
     room_id = await store(host).create_room(
         user,
@@ -125,6 +133,10 @@ async def send_event(request: Request, host: HostApi) -> dict[str, str]:
     user = calling_user(request)
     require_writer(host, STREAM)
     room_id, event_type, txn_id = (_param(request, n) for n in ("room_id", "event_type", "txn_id"))
+    if event_type in STATE_TYPES:
+        raise HttpError(400, "M_INVALID_PARAM", f"event_type: {event_type} is a state event: {state_route(event_type)}")
+    if event_type == REDACTION:
+        raise HttpError(400, "M_INVALID_PARAM", f"event_type: {REDACTION} is not sent: {REDACT_ROUTE}")
     content = await _object(request, host)
     event_id = await store(host).send(room_id, user, event_type, content, txn_id=txn_id)
     return {"event_id": event_id}
@@ -202,6 +214,8 @@ async def remote_events(request: Request, host: HostApi) -> dict[str, Any]:
     body = await read_body(request, host.plugin_settings(EventsSettings).max_body_bytes)
     try:
         batch = msgspec.json.decode(body, type=RemoteBatch)
+    except RecursionError:
+        raise HttpError(400, "M_NOT_JSON", "the request body: not valid JSON: nested too deeply") from None
     except msgspec.ValidationError as exc:
         raise HttpError(400, "M_BAD_JSON", f"the request body: {exc}") from None
     except msgspec.DecodeError as exc:
@@ -247,16 +261,14 @@ async def get_messages(request: Request, host: HostApi) -> Response:
     direction = q.get("dir", "b")
     if direction not in ("b", "f"):
         raise HttpError(400, "M_INVALID_PARAM", f"dir: must be 'b' or 'f', not {direction[:20]!r}")
-    limit_text = q.get("limit", str(DEFAULT_PAGE))
-    if not limit_text.isdigit():
-        raise HttpError(400, "M_INVALID_PARAM", f"limit: must be a number from 1 to 1000, not {limit_text[:20]!r}")
     page = await reads(host).messages(
         user,
         room_id,
         from_token=q.get("from"),
         to_token=q.get("to"),
         direction="b" if direction == "b" else "f",
-        limit=int(limit_text),
+        # as the reference: any larger limit reads the largest page
+        limit=min(_number(request, "limit", DEFAULT_PAGE, huge=MAX_PAGE), MAX_PAGE),
     )
     head = msgspec.json.encode({"start": page.start, **({"end": page.end} if page.end else {})})
     return json_response(head[:-1] + b',"chunk":[' + b",".join(page.chunk) + b"]}")
@@ -266,18 +278,16 @@ async def get_messages(request: Request, host: HostApi) -> Response:
 async def get_backfill(request: Request, host: HostApi) -> Response:
     room_id = _param(request, "room_id")
     seeds = request.query_params.getlist("v")
-    limit_text = request.query_params.get("limit", "100")
-    if not limit_text.isdigit():
-        raise HttpError(400, "M_INVALID_PARAM", "limit: must be a number from 1 to 1000")
-    events = await reads(host).backfill(room_id, seeds, int(limit_text))
+    events = await reads(host).backfill(room_id, seeds, _number(request, "limit", 100))
     return json_response(b'{"pdus":[' + b",".join(events) + b"]}")
 
 
-def _number(request: Request, name: str, default: int) -> int:
+def _number(request: Request, name: str, default: int, *, huge: int | None = None) -> int:
+    """Query parameter ``name``, a whole number (``huge`` for one of more than 9 digits, where given)."""
     text = request.query_params.get(name, str(default))
-    if not text.isdigit() or len(text) > 9:
+    if not (text.isascii() and text.isdigit()) or (len(text) > 9 and huge is None):
         raise HttpError(400, "M_INVALID_PARAM", f"{name}: must be a whole number, not {text[:20]!r}")
-    return int(text)
+    return int(text) if len(text) <= 9 else int(huge or 0)
 
 
 def _timeline_json(room: RoomTimeline) -> bytes:

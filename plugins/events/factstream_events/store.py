@@ -27,11 +27,12 @@ from psycopg import AsyncConnection
 
 from factstream import HostApi, LruCache
 from factstream_events.canonical import CanonicalJsonError, EventJsonError, canonical_json, parse_event_json
+from factstream_events.contentrules import HISTORY_VISIBILITIES, check_local_content
 from factstream_events.errors import EventConflict, Forbidden, InvalidEvent, UnknownEvent, UnknownRoom
 from factstream_events.eventid import EventIdError, content_hash, event_id_for, is_valid_event_id
 from factstream_events.persist import NewEvent, Persisted, Persister, RoomView, now_ms
 from factstream_events.policy import LEVEL_DEFAULTS, RoomFacts
-from factstream_events.prune import KNOWN_ROOM_VERSIONS, UnknownRoomVersion
+from factstream_events.prune import KNOWN_ROOM_VERSIONS, UnknownRoomVersion, check_room_version
 from factstream_events.reads import Reads
 from factstream_events.statemath import State, apply_delta, default_resolve
 from factstream_events.statestore import Group, StateStore
@@ -52,7 +53,6 @@ from factstream_events.validate import (
 #: Room versions whose events may hold integers beyond canonical JSON's range (before version 6).
 LOOSE_JSON_VERSIONS = frozenset({"1", "2", "3", "4", "5"})
 MAX_SAFE_INTEGER = 2**53 - 1
-HISTORY_VISIBILITIES = ("world_readable", "shared", "invited", "joined")
 #: A local event follows at most this many of the room's deepest forward extremities.
 MAX_PREV_EVENTS = 10
 DEFAULT_ROOM_VERSION = "10"
@@ -78,6 +78,8 @@ class Draft:
     content: Mapping[str, Any]
     state_key: str | None = None
     redacts: str | None = None
+    #: Where the event came from in the request, a prefix of the field names in refusals (``initial_state[2].``).
+    where: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +223,10 @@ class EventsStore:
                     event["redacts"] = draft.redacts
                     if version == "11":
                         event["content"]["redacts"] = draft.redacts
+                try:
+                    check_local_content(event, version, draft.where)
+                except BadEvent as exc:
+                    raise InvalidEvent(str(exc)) from None
                 users = [draft.sender] + ([draft.state_key] if draft.type == MEMBER and draft.state_key else [])
                 facts = await self._facts(conn, state, users, made, exists)
                 if draft.redacts is not None:
@@ -228,20 +234,8 @@ class EventsStore:
                 reason = await self._policy(room_id, event, state, facts)
                 if reason is not None:
                     raise Forbidden(reason)
-                if depth > MAX_SAFE_INTEGER:
-                    raise InvalidEvent(
-                        f"depth: the room's deepest event is at {depth - 1}; a new event's depth would pass "
-                        f"2**53-1, the largest integer canonical JSON holds"
-                    )
-                try:
-                    event["hashes"] = {"sha256": content_hash(event)}
-                    event_id = event_id_for(event, version)
-                    raw = canonical_json(event)
-                except CanonicalJsonError as exc:  # a float or an integer beyond 2**53 in the content
-                    raise InvalidEvent(f"content: {exc}") from None
-                if len(raw) > MAX_EVENT_BYTES:
-                    raise InvalidEvent(f"the event is {len(raw)} bytes of JSON; at most {MAX_EVENT_BYTES} are allowed")
-                new = NewEvent(event_id, raw, event, check_event(event))
+                new = _sealed(event, version)
+                event_id = new.event_id
                 made[event_id] = new
                 out.append(new)
                 if draft.state_key is not None:
@@ -357,7 +351,9 @@ class EventsStore:
             drafts.append(Draft("m.room.name", creator, {"name": name}, ""))
         if topic is not None:
             drafts.append(Draft("m.room.topic", creator, {"topic": topic}, ""))
-        drafts += [Draft(t, creator, dict(c), k) for t, k, c in initial_state]
+        drafts += [
+            Draft(t, creator, dict(c), k, where=f"initial_state[{i}].") for i, (t, k, c) in enumerate(initial_state)
+        ]
         drafts += [Draft(MEMBER, creator, {"membership": "invite"}, u) for u in invite]
         await self._local(room_id, drafts, new_room_version=room_version)
         return room_id
@@ -412,6 +408,11 @@ class EventsStore:
         The batch's events may come in any order: a room not held yet takes its version from its create
         event wherever it is in the batch, else from ``room_version``; a ``room_version`` given must be
         the room's."""
+        if room_version is not None:
+            try:
+                check_room_version(room_version)
+            except UnknownRoomVersion as exc:
+                raise InvalidEvent(f"room_version: {exc}") from None
         parsed = [_parse_remote(i, item) for i, item in enumerate(events)]
         version = await self._batch_version(room_id, [event for event, _ in parsed], room_version)
         batch: list[NewEvent] = []
@@ -424,6 +425,8 @@ class EventsStore:
                         raise InvalidEvent(
                             f"{where}.{name}: must be at most 2**53-1 in room version {this_version}, not {event[name]}"
                         )
+            if item.event_id is not None and not is_valid_event_id(item.event_id):
+                raise InvalidEvent(f"event_ids[{i}]: {item.event_id!r:.60} is not an event ID")
             try:
                 computed = _remote_event_id(event, this_version, item.event_id)
             except (EventIdError, UnknownRoomVersion, CanonicalJsonError) as exc:
@@ -471,6 +474,27 @@ def _create_version(event: Mapping[str, Any]) -> str | None:
         return None
     content = event.get("content")
     return str(content.get("room_version", "1")) if isinstance(content, dict) else "1"
+
+
+def _sealed(event: dict[str, Any], room_version: str) -> NewEvent:
+    """A local event, complete and checked: its hashes, ID and canonical bytes (400s naming the field)."""
+    if event["depth"] > MAX_SAFE_INTEGER:
+        raise InvalidEvent(
+            f"depth: the room's deepest event is at {event['depth'] - 1}; a new event's depth would pass "
+            f"2**53-1, the largest integer canonical JSON holds"
+        )
+    try:
+        event["hashes"] = {"sha256": content_hash(event)}
+        event_id = event_id_for(event, room_version)
+        raw = canonical_json(event)
+    except CanonicalJsonError as exc:  # a float or an integer beyond 2**53 in the content
+        raise InvalidEvent(f"content: {exc}") from None
+    if len(raw) > MAX_EVENT_BYTES:
+        raise InvalidEvent(f"the event is {len(raw)} bytes of JSON; at most {MAX_EVENT_BYTES} are allowed")
+    try:
+        return NewEvent(event_id, raw, event, check_event(event))
+    except BadEvent as exc:
+        raise InvalidEvent(str(exc)) from None
 
 
 def _remote_event_id(event: Mapping[str, Any], room_version: str, given: str | None) -> str:
