@@ -66,6 +66,7 @@ VALUES (nextval('state_group_id_seq'), %(room_id)s, %(parent)s, %(base)s, %(posi
 ON CONFLICT (room_id, hash) DO NOTHING
 RETURNING id
 """
+_PARENTS = "SELECT id, parent FROM state_groups WHERE id = ANY(%(ids)s)"
 _SAME = "SELECT id, position, base FROM state_groups WHERE room_id = %(room_id)s AND hash = %(hash)s"
 _INSERT_PLANNED = """
 INSERT INTO state_groups (id, room_id, parent, base, position, size, hash, delta)
@@ -232,6 +233,56 @@ class StateStore:
         # before it, never found already held by its own replay.
         for gid in sorted(missing, key=lambda g: links[g][1]):
             out[gid] = self._replay(gid, missing[gid], links, held)
+        return out
+
+    async def parents(self, conn: AsyncConnection[Any], group_ids: Iterable[int]) -> dict[int, int | None]:
+        """The parent of each group (the state it changed: for a state event's own group, the state
+        before the event; None for a group changed from the empty state)."""
+        cur = await conn.execute(_PARENTS, {"ids": list(group_ids)})
+        return {int(g): None if p is None else int(p) for g, p in await cur.fetchall()}
+
+    async def entries(self, conn: AsyncConnection[Any], asks: Sequence[tuple[str, int, str, str]]) -> list[str | None]:
+        """For each ``(room_id, group_id, type, state_key)``: the event at that key in the group's state
+        (None: the state has no such key).
+
+        One key of a state, not the whole of it: a group not held is not replayed (and not kept), its
+        base walk's deltas are read (in one query for all, as :meth:`load_groups` does) and searched,
+        newest first, for the key.
+        """
+        out: list[str | None] = [None] * len(asks)
+        pending: list[int] = []
+        for i, (_, gid, event_type, state_key) in enumerate(asks):
+            hit = self.cached(gid)
+            if hit is not None:
+                out[i] = hit.state.get(event_type, {}).get(state_key)
+            else:
+                pending.append(i)
+        if not pending:
+            return out
+        ids = list({asks[i][1] for i in pending})
+        stop = [g for room_id in {asks[i][0] for i in pending} for g in self._by_room.get(room_id, ())]
+        links, held = self._links_of(await _walk(conn, ids, stop))
+        if held is None:  # a group the walk stopped at was evicted meanwhile: walk to the empty state
+            links, held = self._links_of(await _walk(conn, ids, []))
+            assert held is not None
+        deltas: dict[int, Delta] = {}
+        for i in pending:
+            _, gid, event_type, state_key = asks[i]
+            link: int | None = gid
+            while link is not None:
+                if link in held:
+                    out[i] = held[link].state.get(event_type, {}).get(state_key)
+                    break
+                if link not in links:
+                    raise StateGroupError(f"state group {link} of {asks[i][0]} does not exist")
+                delta = deltas.get(link)
+                if delta is None:
+                    delta = deltas[link] = decode_delta(links[link][3])
+                changes = delta.get(event_type)
+                if changes is not None and state_key in changes:
+                    out[i] = changes[state_key]  # None: removed
+                    break
+                link = links[link][0]
         return out
 
     def _links_of(
