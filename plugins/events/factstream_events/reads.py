@@ -135,6 +135,8 @@ class Reads:
         #: Room versions never change: kept (bounded), one query per room and process at most.
         self._versions: LruCache[str] = LruCache("events_room_versions", 100_000)
         self._memberships: LruCache[str | None] = LruCache("events_member_event_membership", 100_000)
+        #: The state event each state event replaced (None: none); immutable, like the state before it.
+        self._replaces: LruCache[str | None] = LruCache("events_replaces_state", 100_000)
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -291,14 +293,7 @@ class Reads:
         The state before a state event is the parent of the event's own state group (the group is that
         state with the event set); only the one key is looked up (``StateStore.entries``).
         """
-        groups = {r.event_id: (r, r.state_group) for r in rows if r.state_key is not None and r.state_group is not None}
-        if not groups:
-            return {}
-        parents = await self.states.parents(conn, {g for _, g in groups.values()})
-        asks = [(event_id, r, parents.get(g)) for event_id, (r, g) in groups.items()]
-        asks = [a for a in asks if a[2] is not None]
-        found = await self.states.entries(conn, [(r.room_id, p or 0, r.type, r.state_key or "") for _, r, p in asks])
-        before = dict(zip([event_id for event_id, _, _ in asks], found, strict=True))
+        before = await self._replaces_state(conn, [r for r in rows if r.state_key is not None])
         previous = {e for e in before.values() if e is not None}
         prev_rows = await self.rows(conn, list(previous)) if previous else {}
         out: dict[str, dict[str, Any]] = {}
@@ -315,6 +310,28 @@ class Reads:
                 "prev_content": content if isinstance(content, dict) else {},
                 "prev_sender": prev.sender,
             }
+        return out
+
+    async def _replaces_state(self, conn: AsyncConnection[Any], rows: Sequence[Row]) -> dict[str, str | None]:
+        """The event at each state event's key in the state before it (None: none; kept in a bounded
+        cache: the state before an event never changes)."""
+        out: dict[str, str | None] = {}
+        missing: list[tuple[Row, int]] = []
+        for r in rows:
+            hit = self._replaces.get((r.event_id,), _MISSING)
+            if hit is not _MISSING:
+                out[r.event_id] = hit
+            elif r.state_group is not None:
+                missing.append((r, r.state_group))
+        if not missing:
+            return out
+        parents = await self.states.parents(conn, {g for _, g in missing})
+        asks = [(r, p) for r, g in missing if (p := parents.get(g)) is not None]
+        found = await self.states.entries(conn, [(r.room_id, p, r.type, r.state_key or "") for r, p in asks])
+        known = dict(zip([r.event_id for r, _ in asks], found, strict=True))
+        for r, _ in missing:
+            out[r.event_id] = known.get(r.event_id)
+            self._replaces.set((r.event_id,), out[r.event_id])
         return out
 
     # -- reads -----------------------------------------------------------------------------------------

@@ -66,11 +66,11 @@ def client_event(
     an integer).
     """
     fields = _top_level.decode(raw)
-    parts: list[bytes] = []
+    parts: list[Any] = []  # bytes, and the stored values (msgspec.Raw, a buffer of the stored bytes)
     for key, value in fields.items():
         if key in CLIENT_DROPPED or key in _OWN or (redacts is not None and key == "redacts"):
             continue
-        parts += (_KEYS.get(key) or _encode(key), b":", bytes(value), b",")
+        parts += (_KEYS.get(key) or _encode(key), b":", value, b",")
     parts += (b'"event_id":', _encode(event_id))
     if redacts is not None:
         parts += (b',"redacts":', _encode(redacts))

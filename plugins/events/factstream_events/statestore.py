@@ -109,6 +109,29 @@ def _worth_keeping(position: int, state: State) -> bool:
     return spared >= state_size(state)
 
 
+def _lowest_positions(
+    links: Mapping[int, tuple[int | None, int, bytes, bytes]],
+    deltas: Mapping[int, Delta],
+    held: Mapping[int, Group],
+    wanted: set[tuple[str, str]],
+) -> dict[tuple[str, str], int]:
+    """For each key of ``wanted`` that a walk's deltas or held states mention: the lowest position that
+    mentions it. A walk that gets below it cannot meet the key any more (positions fall along a walk)."""
+    lowest: dict[tuple[str, str], int] = {}
+    for gid, delta in deltas.items():
+        position = links[gid][1]
+        for event_type, changes in delta.items():
+            for state_key in changes:
+                key = (event_type, state_key)
+                if key in wanted and position < lowest.get(key, position + 1):
+                    lowest[key] = position
+    for group in held.values():
+        for key in wanted:
+            if key[1] in group.state.get(key[0], {}) and group.position < lowest.get(key, group.position + 1):
+                lowest[key] = group.position
+    return lowest
+
+
 class StateGroupError(LookupError):
     """A state group that does not exist."""
 
@@ -265,24 +288,27 @@ class StateStore:
         if held is None:  # a group the walk stopped at was evicted meanwhile: walk to the empty state
             links, held = self._links_of(await _walk(conn, ids, []))
             assert held is not None
-        deltas: dict[int, Delta] = {}
+        deltas = {gid: decode_delta(link[3]) for gid, link in links.items()}
+        wanted = {(asks[i][2], asks[i][3]) for i in pending}
+        lowest = _lowest_positions(links, deltas, held, wanted)
         for i in pending:
             _, gid, event_type, state_key = asks[i]
-            link: int | None = gid
+            floor = lowest.get((event_type, state_key), -1)
+            link: int | None = gid if floor >= 0 else None  # -1: nothing down the walks has the key
             while link is not None:
                 if link in held:
                     out[i] = held[link].state.get(event_type, {}).get(state_key)
                     break
                 if link not in links:
                     raise StateGroupError(f"state group {link} of {asks[i][0]} does not exist")
-                delta = deltas.get(link)
-                if delta is None:
-                    delta = deltas[link] = decode_delta(links[link][3])
-                changes = delta.get(event_type)
+                base, position, _, _ = links[link]
+                if position < floor:
+                    break  # no delta down the walk, and no held state, has the key: not in the state
+                changes = deltas[link].get(event_type)
                 if changes is not None and state_key in changes:
                     out[i] = changes[state_key]  # None: removed
                     break
-                link = links[link][0]
+                link = base
         return out
 
     def _links_of(
