@@ -8,14 +8,13 @@ process CPU time (``time.process_time``) of each request: the first one (the rea
 empty, the state groups as the writes left them), and the median and p90 of ``samples`` requests
 after three. PostgreSQL's own CPU time is not counted.
 
-    uv run python benchmarks/events_state_route.py              # a scratch database, dropped after
+    uv run python benchmarks/events_state_route.py URL    # URL: a migrated database, as events_storage.py takes
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import tempfile
 import time
@@ -64,26 +63,11 @@ async def measure(url: str, members: int = 2_000, samples: int = 30) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("url", help="a migrated database (every plugin's branch, events included)")
     parser.add_argument("--members", type=int, default=2_000)
     parser.add_argument("--samples", type=int, default=30)
     args = parser.parse_args()
-    server = os.environ.get("FACTSTREAM_BENCH_DATABASE_URL") or os.environ.get("FACTSTREAM_TEST_DATABASE_URL")
-    if not server:
-        from factstream.db.embedded import start_embedded
-
-        server = start_embedded(Path(tempfile.mkdtemp(prefix="factstream-bench-")))
-    from factstream.migrate import Migrator
-    from factstream.plugin.manager import load_plugins
-    from factstream.testing import create_database, drop_database
-
-    url = create_database(server, prefix="fs_bench")
-    try:
-        migrator = Migrator(url, load_plugins())
-        migrator.upgrade()
-        migrator.close()
-        print(asyncio.run(measure(url, args.members, args.samples)), flush=True)
-    finally:
-        drop_database(url)
+    print(asyncio.run(measure(args.url, args.members, args.samples)), flush=True)
 
 
 if __name__ == "__main__":
