@@ -2,9 +2,12 @@
 
 Every read for a user goes through :meth:`Reads.for_user`: the user's membership at each event comes
 from the event's state group (the store computed the event's history visibility once, when it stored
-it), the rules are ``factstream_events.visibility``, a redacted event is pruned on the way out with
-``unsigned.redacted_because``, and an event that is shown unredacted is its stored bytes with the
-``unsigned`` object spliced in before the closing brace (its JSON is never re-encoded).
+it), the rules are ``factstream_events.visibility``, and each event shown is served in the client
+format (``factstream_events.served``: the stored values, never re-encoded, less the federation-only
+keys): pruned if redacted, ``unsigned.redacted_because`` telling the user only a redaction they may
+read (:meth:`Reads.readable`), ``prev_content`` from the state before a state event. A server's read
+(``/backfill``, ``/state?server=true``) is the federation format: the stored bytes, redacted events
+pruned; ``raw=true`` is the stored bytes exactly.
 """
 
 from __future__ import annotations
@@ -107,9 +110,6 @@ async def fetch_binary(conn: AsyncConnection[Any], sql: str, params: Mapping[str
 def row_of(r: Sequence[Any]) -> Row:
     """A row of ``SELECT {COLUMNS}, j.json`` (psycopg already gives each column its Python type)."""
     return Row(*r)
-
-
-_encode = msgspec.json.Encoder().encode
 
 
 def _moved_redacts(row: Row, room_version: str) -> str | None:
