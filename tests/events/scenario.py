@@ -124,6 +124,18 @@ class RoomDriver:
         return await self._ok(r, label)
 
 
+# -- the client format -------------------------------------------------------------------------------------
+
+#: Top-level keys of the federation format a user is never served (the client format drops them).
+FEDERATION_ONLY = ("auth_events", "prev_events", "hashes", "signatures", "depth", "origin", "prev_state")
+
+
+def client_view(event: Mapping[str, Any]) -> dict[str, Any]:
+    """``event`` (as stored, or as the federation format has it) less what the client format drops and
+    less ``unsigned`` (the server's own, compared on its own)."""
+    return {k: v for k, v in event.items() if k not in FEDERATION_ONLY and k != "unsigned"}
+
+
 # -- reading back -----------------------------------------------------------------------------------------
 
 

@@ -128,3 +128,27 @@ async def test_a_group_of_another_room_is_a_state_group_error_cold_or_cached(mai
             with pytest.raises(StateGroupError, match=f"is of room {mine}"):
                 await states.load(conn, other, gid)
             assert (await states.load(conn, mine, gid)).state == groups[gid]
+
+
+@pytest.mark.parametrize("max_entries", [1, 150, 1_000_000])
+async def test_one_key_of_a_group_is_the_replays_whatever_the_cache_holds(main, rooms, max_entries) -> None:
+    """``StateStore.entries``: random keys (present, absent, of several rooms) of random groups, each the
+    event the replay has there (None where it has none), read without replaying the groups."""
+    states = StateStore(max_entries)
+    rng = random.Random(max_entries)
+    keys = sorted({(t, k) for _, expected in rooms for state in expected.values() for t, i in state.items() for k in i})
+    keys += [("m.room.member", "@nobody:elsewhere"), ("m.room.name", "")]
+    async with main.api.database().autocommit() as conn:
+        for _ in range(30):
+            if rng.random() < 0.3:  # now and then, some groups held, so that walks stop at them
+                room_id, expected = rng.choice(rooms)
+                await states.load_groups(conn, {room_id: rng.sample(sorted(expected), 3)})
+            asks = [
+                (room_id, gid, *rng.choice(keys))
+                for room_id, expected in rooms
+                for gid in rng.sample(sorted(expected), rng.randint(1, 20))
+            ]
+            got = await states.entries(conn, asks)
+            for (room_id, gid, event_type, state_key), event_id in zip(asks, got, strict=True):
+                want = dict(rooms)[room_id][gid].get(event_type, {}).get(state_key)
+                assert event_id == want, (room_id, gid, event_type, state_key)

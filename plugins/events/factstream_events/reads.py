@@ -2,9 +2,12 @@
 
 Every read for a user goes through :meth:`Reads.for_user`: the user's membership at each event comes
 from the event's state group (the store computed the event's history visibility once, when it stored
-it), the rules are ``factstream_events.visibility``, a redacted event is pruned on the way out with
-``unsigned.redacted_because``, and an event that is shown unredacted is its stored bytes with the
-``unsigned`` object spliced in before the closing brace (its JSON is never re-encoded).
+it), the rules are ``factstream_events.visibility``, and each event shown is served in the client
+format (``factstream_events.served``: the stored values, never re-encoded, less the federation-only
+keys): pruned if redacted, ``unsigned.redacted_because`` telling the user only a redaction they may
+read (:meth:`Reads.readable`), ``prev_content`` from the state before a state event. A server's read
+(``/backfill``, ``/state?server=true``) is the federation format: the stored bytes, redacted events
+pruned; ``raw=true`` is the stored bytes exactly.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from factstream import HostApi, LruCache
 from factstream_events.canonical import parse_event_json
 from factstream_events.errors import Forbidden, InvalidParam, UnknownEvent, UnknownRoom
 from factstream_events.prune import prune_event
+from factstream_events.served import REDACTED_MARKER, client_event, federation_event, now_ms, pruned_json
 from factstream_events.statemath import StateMap, nest
 from factstream_events.statestore import StateStore
 from factstream_events.tokens import RoomToken, TokenError, next_token, order_by, pagination_bounds
@@ -108,34 +112,18 @@ def row_of(r: Sequence[Any]) -> Row:
     return Row(*r)
 
 
-_encode = msgspec.json.Encoder().encode
+def _moved_redacts(row: Row, room_version: str) -> str | None:
+    """The top-level ``redacts`` the client format gives a redaction of a room version that moved it into
+    ``content`` (version 11 and later): its target as stored (``events.redacts``); None otherwise."""
+    if row.type != REDACTION or row.redacts is None or not room_version.isdigit() or int(room_version) < 11:
+        return None
+    return row.redacts
 
 
-def splice(raw: bytes, extra: Mapping[str, Any]) -> bytes:
-    """``raw`` (a JSON object without the keys of ``extra``) with them added; its bytes otherwise kept."""
-    body = raw.rstrip()
-    if not body.endswith(b"}"):
-        raise ValueError("a stored event is not a JSON object")
-    inner = body[:-1].rstrip()
-    added = b",".join(_encode(k) + b":" + _encode(v) for k, v in extra.items())
-    return inner + (b"" if inner.endswith(b"{") else b",") + added + b"}"
-
-
-def client_json(raw: bytes, event_id: str, unsigned: Mapping[str, Any]) -> bytes:
-    """An unredacted event as a client gets it: its stored bytes plus ``event_id`` and ``unsigned``.
-
-    Spliced, not re-encoded, unless the stored JSON already has one of those keys at its top level
-    (an ``event_id`` of room versions 1 and 2, an ``unsigned`` a remote server sent): then it is
-    parsed, merged and encoded (the stored bytes stay as they are).
-    """
-    if b'"unsigned"' in raw or b'"event_id"' in raw:
-        event = parse_event_json(raw)
-        if "unsigned" in event or "event_id" in event:
-            existing = event.get("unsigned")
-            event["unsigned"] = {**(existing if isinstance(existing, dict) else {}), **unsigned}
-            event.setdefault("event_id", event_id)
-            return _encode(event)
-    return splice(raw, {"event_id": event_id, "unsigned": unsigned})
+def _after_leave(row: Row, mine: tuple[str, int, int, str] | None) -> bool:
+    """Whether ``row`` comes after the user's leave (``mine``: their current membership), in the
+    room's ``(topological, stream)`` order: nothing after it is theirs to read."""
+    return mine is not None and mine[0] == "leave" and (row.topological, row.stream) > (mine[1], mine[2])
 
 
 class Reads:
@@ -147,6 +135,8 @@ class Reads:
         #: Room versions never change: kept (bounded), one query per room and process at most.
         self._versions: LruCache[str] = LruCache("events_room_versions", 100_000)
         self._memberships: LruCache[str | None] = LruCache("events_member_event_membership", 100_000)
+        #: The state event each state event replaced (None: none); immutable, like the state before it.
+        self._replaces: LruCache[str | None] = LruCache("events_replaces_state", 100_000)
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -209,7 +199,17 @@ class Reads:
     ) -> list[bytes]:
         """The events of ``rows`` the user may see, in order, each formatted for them (:meth:`visible`,
         then :meth:`format`)."""
-        return await self.format(conn, await self.visible(conn, user, rows, is_peeking=is_peeking))
+        return await self.format(conn, user, await self.visible(conn, user, rows, is_peeking=is_peeking))
+
+    async def readable(
+        self, conn: AsyncConnection[Any], user: str, rows: Sequence[Row]
+    ) -> list[tuple[Row, str | None]]:
+        """The rows the user may read by ID, as ``/event`` reads them: :meth:`visible`, peeking unless
+        they are joined to the room or left it now, and nothing after their leave."""
+        mine = {room_id: await self.current_membership(conn, room_id, user) for room_id in {r.room_id for r in rows}}
+        peeking = {room_id: m is None or m[0] not in ("join", "leave") for room_id, m in mine.items()}
+        kept = [r for r in rows if not _after_leave(r, mine[r.room_id])]
+        return await self.visible(conn, user, kept, is_peeking=peeking)
 
     async def visible(
         self, conn: AsyncConnection[Any], user: str, rows: Sequence[Row], *, is_peeking: dict[str, bool] | None = None
@@ -248,42 +248,98 @@ class Reads:
         held = {(str(e), str(room)) for e, room in await cur.fetchall()}
         return [r for r in rows if r.type != REDACTION or (r.redacts, r.room_id) in held]
 
-    async def format(self, conn: AsyncConnection[Any], shown: Sequence[tuple[Row, str | None]]) -> list[bytes]:
-        """Each event as sent to a client: pruned if redacted, with ``unsigned`` (membership, redacted_because)."""
-        redactions = [r.redacted_by for r, _ in shown if r.redacted_by]
-        because: dict[str, Any] = {}
-        if redactions:
-            found = await self.rows(conn, redactions)
-            for event_id, red in found.items():
-                version = await self.room_version(conn, red.room_id)
-                event = parse_event_json(red.raw)
-                if red.redacted_by:
-                    event = prune_event(event, version)
-                event.pop("unsigned", None)
-                event["event_id"] = event_id
-                because[event_id] = event
+    async def format(
+        self, conn: AsyncConnection[Any], user: str, shown: Sequence[tuple[Row, str | None]]
+    ) -> list[bytes]:
+        """Each event as sent to ``user``, in the client format (``factstream_events.served``): pruned if
+        redacted, with ``unsigned``: ``membership`` (when given), ``age``, ``redacted_because``
+        (:meth:`_redactions`) and, for a state event that replaced another, ``replaces_state``,
+        ``prev_content`` and ``prev_sender`` (:meth:`_replaced`)."""
+        because = await self._redactions(conn, user, [r.redacted_by for r, _ in shown if r.redacted_by])
+        replaced = await self._replaced(conn, [r for r, _ in shown])
+        now = now_ms()
         out: list[bytes] = []
         for row, membership in shown:
-            unsigned: dict[str, Any] = {}
-            if membership is not None:
-                unsigned["membership"] = membership
-            if row.redacted_by and row.redacted_by in because:
-                version = await self.room_version(conn, row.room_id)
-                event = prune_event(parse_event_json(row.raw), version)
-                event["event_id"] = row.event_id
+            unsigned: dict[str, Any] = {} if membership is None else {"membership": membership}
+            unsigned.update(replaced.get(row.event_id, ()))
+            version = await self.room_version(conn, row.room_id)
+            raw = row.raw
+            if row.redacted_by:
+                raw = pruned_json(raw, version)
                 unsigned["redacted_because"] = because[row.redacted_by]
-                event["unsigned"] = unsigned
-                out.append(_encode(event))
+            out.append(client_event(raw, row.event_id, unsigned, redacts=_moved_redacts(row, version), now=now))
+        return out
+
+    async def _redactions(self, conn: AsyncConnection[Any], user: str, event_ids: Sequence[str]) -> dict[str, Any]:
+        """``unsigned.redacted_because`` for each redaction of ``event_ids``: the redaction in the client
+        format (pruned if it was redacted itself) if ``user`` may read it (:meth:`readable`), else
+        ``served.REDACTED_MARKER``, which tells nothing of it."""
+        if not event_ids:
+            return {}
+        found = await self.rows(conn, list(dict.fromkeys(event_ids)))
+        may_read = {r.event_id for r, _ in await self.readable(conn, user, list(found.values()))}
+        out: dict[str, Any] = dict.fromkeys(event_ids, REDACTED_MARKER)
+        for event_id in may_read:
+            red = found[event_id]
+            version = await self.room_version(conn, red.room_id)
+            raw = pruned_json(red.raw, version) if red.redacted_by else red.raw
+            out[event_id] = msgspec.Raw(client_event(raw, event_id, None, redacts=_moved_redacts(red, version)))
+        return out
+
+    async def _replaced(self, conn: AsyncConnection[Any], rows: Sequence[Row]) -> dict[str, dict[str, Any]]:
+        """For each state event of ``rows`` that replaced another in the state before it: ``replaces_state``,
+        ``prev_content`` (pruned if that event was redacted) and ``prev_sender``.
+
+        The state before a state event is the parent of the event's own state group (the group is that
+        state with the event set); only the one key is looked up (``StateStore.entries``).
+        """
+        before = await self._replaces_state(conn, [r for r in rows if r.state_key is not None])
+        previous = {e for e in before.values() if e is not None}
+        prev_rows = await self.rows(conn, list(previous)) if previous else {}
+        out: dict[str, dict[str, Any]] = {}
+        for event_id, prev_id in before.items():
+            prev = prev_rows.get(prev_id) if prev_id is not None and prev_id != event_id else None
+            if prev is None:
                 continue
-            out.append(client_json(row.raw, row.event_id, unsigned))
+            event = parse_event_json(prev.raw)
+            if prev.redacted_by:
+                event = prune_event(event, await self.room_version(conn, prev.room_id))
+            content = event.get("content")
+            out[event_id] = {
+                "replaces_state": prev.event_id,
+                "prev_content": content if isinstance(content, dict) else {},
+                "prev_sender": prev.sender,
+            }
+        return out
+
+    async def _replaces_state(self, conn: AsyncConnection[Any], rows: Sequence[Row]) -> dict[str, str | None]:
+        """The event at each state event's key in the state before it (None: none; kept in a bounded
+        cache: the state before an event never changes)."""
+        out: dict[str, str | None] = {}
+        missing: list[tuple[Row, int]] = []
+        for r in rows:
+            hit = self._replaces.get((r.event_id,), _MISSING)
+            if hit is not _MISSING:
+                out[r.event_id] = hit
+            elif r.state_group is not None:
+                missing.append((r, r.state_group))
+        if not missing:
+            return out
+        parents = await self.states.parents(conn, {g for _, g in missing})
+        asks = [(r, p) for r, g in missing if (p := parents.get(g)) is not None]
+        found = await self.states.entries(conn, [(r.room_id, p, r.type, r.state_key or "") for r, p in asks])
+        known = dict(zip([r.event_id for r, _ in asks], found, strict=True))
+        for r, _ in missing:
+            out[r.event_id] = known.get(r.event_id)
+            self._replaces.set((r.event_id,), out[r.event_id])
         return out
 
     # -- reads -----------------------------------------------------------------------------------------
 
     async def event(self, user: str | None, event_id: str, room_id: str | None = None) -> bytes:
         """One event (of ``room_id`` when given): its stored bytes for a server (``user`` None),
-        formatted if the user may see it. A user who left the room sees nothing after their leave
-        (as in ``/messages``); an invited or banned user reads as a stranger."""
+        formatted if the user may read it (:meth:`readable`: a user who left sees nothing after their
+        leave, as in ``/messages``; an invited or banned user reads as a stranger)."""
         async with self.host.database().autocommit() as conn:
             rows = await self.rows(conn, [event_id])
             row = rows.get(event_id)
@@ -291,11 +347,7 @@ class Reads:
                 raise UnknownEvent(f"event {event_id} is not known here")
             if user is None:
                 return row.raw
-            mine = await self.current_membership(conn, row.room_id, user)
-            if mine is not None and mine[0] == "leave" and (row.topological, row.stream) > (mine[1], mine[2]):
-                raise UnknownEvent(f"event {event_id} is not known here or {user} may not see it")
-            peeking = mine is None or mine[0] not in ("join", "leave")
-            shown = await self.for_user(conn, user, [row], is_peeking={row.room_id: peeking})
+            shown = await self.format(conn, user, await self.readable(conn, user, [row]))
             if not shown:
                 raise UnknownEvent(f"event {event_id} is not known here or {user} may not see it")
             return shown[0]
@@ -323,7 +375,8 @@ class Reads:
             return StateMap(group.state)
 
     async def state_events(self, user: str | None, room_id: str, at: str | None = None) -> list[bytes]:
-        """The state events (formatted for ``user``, or raw for a server) of the current state or after ``at``.
+        """The state events of the current state or after ``at``: formatted for ``user``, or as the server
+        sees them (``user`` None: every event of the state, in the federation format, ``served``).
 
         A user reads the current state when joined (or when the room is ``world_readable``), the
         state at their leave when they left (their own leave, even one they may not see as an event:
@@ -351,8 +404,15 @@ class Reads:
                 if e in rows
             ]
             if user is None:
-                return [r.raw for r in ordered]
-            return await self.format(conn, [(r, None) for r in ordered])
+                return await self.for_server(conn, ordered)
+            return await self.format(conn, user, [(r, None) for r in ordered])
+
+    async def for_server(self, conn: AsyncConnection[Any], rows: Sequence[Row]) -> list[bytes]:
+        """``rows`` in the federation format (``served``): the stored bytes, pruned if redacted."""
+        return [
+            federation_event(r.raw, await self.room_version(conn, r.room_id), redacted=r.redacted_by is not None)
+            for r in rows
+        ]
 
     async def _world_readable(self, conn: AsyncConnection[Any], event_id: str) -> bool:
         cur = await conn.execute(_JSON, {"ids": [event_id]})
@@ -453,7 +513,7 @@ class Reads:
                 cur = await conn.execute(_PREV, {"ids": [event_id]})
                 frontier = [str(p) for _, p in await cur.fetchall() if p not in seen]
             rows = await self.rows(conn, out)
-            return [rows[e].raw for e in out if e in rows]
+            return await self.for_server(conn, [rows[e] for e in out if e in rows])
 
 
 def _after(token: RoomToken, cap: RoomToken) -> bool:

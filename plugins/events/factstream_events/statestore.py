@@ -67,6 +67,7 @@ VALUES (nextval('state_group_id_seq'), %(room_id)s, %(parent)s, %(base)s, %(posi
 ON CONFLICT (room_id, hash) DO NOTHING
 RETURNING id
 """
+_PARENTS = "SELECT id, parent FROM state_groups WHERE id = ANY(%(ids)s)"
 _SAME = "SELECT id, position, base FROM state_groups WHERE room_id = %(room_id)s AND hash = %(hash)s"
 _INSERT_PLANNED = """
 INSERT INTO state_groups (id, room_id, parent, base, position, size, hash, delta)
@@ -107,6 +108,29 @@ def _worth_keeping(position: int, state: State) -> bool:
     while position % spared == 0 and spared <= position:
         spared *= BRANCHING
     return spared >= state_size(state)
+
+
+def _lowest_positions(
+    links: Mapping[int, tuple[int | None, int, bytes, bytes]],
+    deltas: Mapping[int, Delta],
+    held: Mapping[int, Group],
+    wanted: set[tuple[str, str]],
+) -> dict[tuple[str, str], int]:
+    """For each key of ``wanted`` that a walk's deltas or held states mention: the lowest position that
+    mentions it. A walk that gets below it cannot meet the key any more (positions fall along a walk)."""
+    lowest: dict[tuple[str, str], int] = {}
+    for gid, delta in deltas.items():
+        position = links[gid][1]
+        for event_type, changes in delta.items():
+            for state_key in changes:
+                key = (event_type, state_key)
+                if key in wanted and position < lowest.get(key, position + 1):
+                    lowest[key] = position
+    for group in held.values():
+        for key in wanted:
+            if key[1] in group.state.get(key[0], {}) and group.position < lowest.get(key, group.position + 1):
+                lowest[key] = group.position
+    return lowest
 
 
 class StateGroupError(LookupError):
@@ -244,6 +268,59 @@ class StateStore:
         # before it, never found already held by its own replay.
         for gid in sorted(missing, key=lambda g: links[g][1]):
             out[gid] = self._replay(gid, missing[gid], links, held)
+        return out
+
+    async def parents(self, conn: AsyncConnection[Any], group_ids: Iterable[int]) -> dict[int, int | None]:
+        """The parent of each group (the state it changed: for a state event's own group, the state
+        before the event; None for a group changed from the empty state)."""
+        cur = await conn.execute(_PARENTS, {"ids": list(group_ids)})
+        return {int(g): None if p is None else int(p) for g, p in await cur.fetchall()}
+
+    async def entries(self, conn: AsyncConnection[Any], asks: Sequence[tuple[str, int, str, str]]) -> list[str | None]:
+        """For each ``(room_id, group_id, type, state_key)``: the event at that key in the group's state
+        (None: the state has no such key).
+
+        One key of a state, not the whole of it: a group not held is not replayed (and not kept), its
+        base walk's deltas are read (in one query for all, as :meth:`load_groups` does) and searched,
+        newest first, for the key.
+        """
+        out: list[str | None] = [None] * len(asks)
+        pending: list[int] = []
+        for i, (_, gid, event_type, state_key) in enumerate(asks):
+            hit = self.cached(gid)
+            if hit is not None:
+                out[i] = hit.state.get(event_type, {}).get(state_key)
+            else:
+                pending.append(i)
+        if not pending:
+            return out
+        ids = list({asks[i][1] for i in pending})
+        stop = [g for room_id in {asks[i][0] for i in pending} for g in self._by_room.get(room_id, ())]
+        links, held = self._links_of(await _walk(conn, ids, stop))
+        if held is None:  # a group the walk stopped at was evicted meanwhile: walk to the empty state
+            links, held = self._links_of(await _walk(conn, ids, []))
+            assert held is not None
+        deltas = {gid: decode_delta(link[3]) for gid, link in links.items()}
+        wanted = {(asks[i][2], asks[i][3]) for i in pending}
+        lowest = _lowest_positions(links, deltas, held, wanted)
+        for i in pending:
+            _, gid, event_type, state_key = asks[i]
+            floor = lowest.get((event_type, state_key), -1)
+            link: int | None = gid if floor >= 0 else None  # -1: nothing down the walks has the key
+            while link is not None:
+                if link in held:
+                    out[i] = held[link].state.get(event_type, {}).get(state_key)
+                    break
+                if link not in links:
+                    raise StateGroupError(f"state group {link} of {asks[i][0]} does not exist")
+                base, position, _, _ = links[link]
+                if position < floor:
+                    break  # no delta down the walk, and no held state, has the key: not in the state
+                changes = deltas[link].get(event_type)
+                if changes is not None and state_key in changes:
+                    out[i] = changes[state_key]  # None: removed
+                    break
+                link = base
         return out
 
     def _links_of(

@@ -231,7 +231,7 @@ class Timeline:
             timelines = await self._new_in_rooms(conn, user, caps, memberships_now, after, upto, limit)
             # the user's own membership changes are theirs to see whatever the room's history
             # visibility (an invite to a `joined` room too), as the reference's sync sends them
-            memberships = await self.reads.format(conn, [(c, c.membership) for c in changes])
+            memberships = await self.reads.format(conn, user, [(c, c.membership) for c in changes])
         return NewEvents(f"s{upto}", memberships, timelines)
 
     async def _new_in_rooms(
@@ -309,7 +309,7 @@ class Timeline:
                 (row, row.membership) for room_id in ranked if order[room_id][0] == "invite" for row in kept[room_id]
             ]
             events: dict[str, list[bytes]] = {room_id: [] for room_id in ranked}
-            for (row, _), event in zip(shown, await self.reads.format(conn, shown), strict=True):
+            for (row, _), event in zip(shown, await self.reads.format(conn, user, shown), strict=True):
                 events[row.room_id].append(event)
             out: list[RoomTimeline] = []
             for room_id in ranked:

@@ -1,0 +1,101 @@
+"""The served view of an event: the Matrix client format users get, the federation format servers get.
+
+Storage is lossless (each event's bytes as received); what goes out is a view of them, built here:
+
+* **Client format** (every route that serves events to a user): the stored top-level keys less the
+  federation-only ones (:data:`CLIENT_DROPPED`: ``auth_events``, ``prev_events``, ``hashes``,
+  ``signatures``, ``depth``, and ``origin`` and ``prev_state`` as the reference drops them too), then
+  ``event_id``, the top-level ``redacts`` of a redaction in a room version that moved it into
+  ``content`` (version 11), and the server's own ``unsigned``. A stored ``unsigned`` (a remote server's)
+  is never served: what ``unsigned`` says is this server's. The values are the stored bytes, not
+  re-encoded: the top level is split into its keys' raw values (``msgspec.Raw``) and joined again.
+* **Federation format** (the writer's routes: ``/backfill``, ``/state?server=true``): the stored bytes,
+  or, for a redacted event, its pruned form (the room version's redaction algorithm), never
+  ``unsigned``. ``raw=true`` on ``/event`` stays the one way to the stored bytes of a redacted event.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from factstream_events.canonical import parse_event_json
+from factstream_events.prune import prune_event
+
+__all__ = ["CLIENT_DROPPED", "REDACTED_MARKER", "client_event", "federation_event", "now_ms", "pruned_json"]
+
+#: Top-level keys of the federation format that the client format drops.
+CLIENT_DROPPED = frozenset({"auth_events", "prev_events", "hashes", "signatures", "depth", "origin", "prev_state"})
+
+#: ``unsigned.redacted_because`` for a reader who may not see the redaction: it says that the event was
+#: redacted (which its pruned content shows anyway), and nothing of the redaction (no ID, sender, time
+#: or reason).
+REDACTED_MARKER: Mapping[str, Any] = {"type": "m.room.redaction", "content": {}}
+
+#: Keys the served view sets itself (a stored copy of them is replaced).
+_OWN = frozenset({"event_id", "unsigned"})
+
+_encode = msgspec.json.Encoder().encode
+_top_level = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_int = msgspec.json.Decoder(int)
+#: The encoded form of the usual top-level keys (the others are encoded as they come).
+_KEYS = {k: _encode(k) for k in ("content", "origin_server_ts", "room_id", "sender", "state_key", "type", "redacts")}
+
+
+def now_ms() -> int:
+    """The time ``unsigned.age`` is counted to (milliseconds since the epoch)."""
+    return int(time.time() * 1000)
+
+
+def client_event(
+    raw: bytes,
+    event_id: str,
+    unsigned: dict[str, Any] | None,
+    *,
+    redacts: str | None = None,
+    now: int | None = None,
+) -> bytes:
+    """The stored event ``raw`` (a JSON object) in the client format (module docstring).
+
+    ``redacts``: the target to set as the top-level ``redacts`` (a version 11 redaction; None: the stored
+    top-level ``redacts``, if any, stays). ``unsigned``: the object to serve (None: no ``unsigned``);
+    with ``now``, ``unsigned.age`` is added: ``now`` less the event's ``origin_server_ts`` (when that is
+    an integer).
+    """
+    fields = _top_level.decode(raw)
+    parts: list[Any] = []  # bytes, and the stored values (msgspec.Raw, a buffer of the stored bytes)
+    for key, value in fields.items():
+        if key in CLIENT_DROPPED or key in _OWN or (redacts is not None and key == "redacts"):
+            continue
+        parts += (_KEYS.get(key) or _encode(key), b":", value, b",")
+    parts += (b'"event_id":', _encode(event_id))
+    if redacts is not None:
+        parts += (b',"redacts":', _encode(redacts))
+    if unsigned is not None:
+        if now is not None and (age := _age(fields.get("origin_server_ts"), now)) is not None:
+            unsigned = {**unsigned, "age": age}
+        parts += (b',"unsigned":', _encode(unsigned))
+    return b"{" + b"".join(parts) + b"}"
+
+
+def _age(origin_server_ts: msgspec.Raw | None, now: int) -> int | None:
+    if origin_server_ts is None:
+        return None
+    try:
+        ts = _int.decode(bytes(origin_server_ts))
+    except msgspec.DecodeError:  # not an integer (a remote event may carry anything there)
+        return None
+    return now - ts
+
+
+def pruned_json(raw: bytes, room_version: str) -> bytes:
+    """The stored event ``raw`` pruned by ``room_version``'s redaction algorithm, as JSON (no ``unsigned``)."""
+    return _encode(prune_event(parse_event_json(raw), room_version))
+
+
+def federation_event(raw: bytes, room_version: str, *, redacted: bool) -> bytes:
+    """The federation format: the stored bytes, or their pruned form for a redacted event."""
+    return pruned_json(raw, room_version) if redacted else raw
