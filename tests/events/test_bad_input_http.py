@@ -390,21 +390,28 @@ async def test_messages_limit_above_1000_reads_1000_and_0_reads_nothing(main, cl
         room.add("m.room.message", ZED, {"msgtype": "m.text", "body": f"m{i}"})
     await persist(store_of(main), room.room_id, room.events, batch=500)
     url = f"/rooms/{room.room_id}/messages"
-    thousand = (await client(ALICE).get(url, params={"limit": 1_000})).json()
+    thousand = ageless((await client(ALICE).get(url, params={"limit": 1_000})).json())
     assert len(thousand["chunk"]) == 1_000
     for limit in ("1001", "5000", "9" * 40):
         r = await client(ALICE).get(url, params={"limit": limit})
-        assert r.status_code == 200 and r.json() == thousand, (limit, r.text[:200])
+        assert r.status_code == 200 and ageless(r.json()) == thousand, (limit, r.text[:200])
     for direction in ("b", "f"):
         start = (await client(ALICE).get(url, params={"limit": 3, "dir": direction})).json()["end"]
         empty = (await client(ALICE).get(url, params={"limit": 0, "dir": direction, "from": start})).json()
         assert empty == {"start": start, "end": start, "chunk": []}
         after = await client(ALICE).get(url, params={"limit": 4, "dir": direction, "from": empty["end"]})
-        assert (
-            after.json() == (await client(ALICE).get(url, params={"limit": 4, "dir": direction, "from": start})).json()
-        )
+        again = await client(ALICE).get(url, params={"limit": 4, "dir": direction, "from": start})
+        assert ageless(after.json()) == ageless(again.json())
+
     newest = (await client(ALICE).get(url, params={"limit": 0})).json()
     assert newest["chunk"] == [] and newest["end"] == newest["start"] == thousand["start"]
+
+
+def ageless(page: dict[str, Any]) -> dict[str, Any]:
+    """A ``/messages`` page without ``unsigned.age``, which grows between two reads of the same events."""
+    for event in page["chunk"]:
+        event["unsigned"].pop("age", None)
+    return page
 
 
 async def test_odd_power_level_strings_of_a_remote_room_do_not_break_local_events(main, client):
