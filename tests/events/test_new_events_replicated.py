@@ -47,6 +47,10 @@ async def caught_up(main: Host, worker: Host) -> int:
     return position
 
 
+def text(body: str) -> dict[str, str]:
+    return {"msgtype": "m.text", "body": body}
+
+
 def messages(answer: dict[str, Any]) -> list[str]:
     return [e["event_id"] for room in answer["rooms"].values() for e in room["events"] if e["type"] == "m.room.message"]
 
@@ -69,9 +73,9 @@ async def test_an_event_that_completes_while_an_earlier_reservation_waits_for_th
     start = f"s{await caught_up(main, worker)}"
 
     with held_sequence(main.id_generator("events")) as held:
-        first = asyncio.ensure_future(store.send(held_room, ALICE, "m.room.message", {"body": "held"}))
+        first = asyncio.ensure_future(store.send(held_room, ALICE, "m.room.message", text("held")))
         await held.entered.wait()  # the first message's reservation waits for its ID
-        quick = await store.send(quick_room, ALICE, "m.room.message", {"body": "quick"})
+        quick = await store.send(quick_room, ALICE, "m.room.message", text("quick"))
         # main's position cannot pass the held reservation, but its watermark passes the quick message
         at = await caught_up(main, worker)
         answer = await poll(bob, start)
@@ -107,7 +111,7 @@ async def test_readers_polling_a_worker_during_concurrent_sends_get_every_event_
             await asyncio.sleep(0.002)
 
     async def send(n: int) -> str:
-        return await store.send(rooms[n % ROOMS], ALICE, "m.room.message", {"msgtype": "m.text", "body": f"m{n}"})
+        return await store.send(rooms[n % ROOMS], ALICE, "m.room.message", text(f"m{n}"))
 
     readers = [asyncio.ensure_future(read(user)) for user in READERS]
     with slow_sequence(main.id_generator("events"), seed=30):
