@@ -363,6 +363,11 @@ class MultiWriterIdGenerator(DurableStateMixin):
         """The position of this instance's own completed writes."""
         return self.tracker.minimal_local_position() * self.factor
 
+    def wrote_after(self, token: int) -> bool:
+        """Whether this instance completed an ID after ``token`` (in the stream's direction) since it
+        started, or its own position is after it: see :meth:`PositionTracker.wrote_above`."""
+        return self.tracker.wrote_above(token * self.factor)
+
     def get_positions(self) -> dict[str, int]:
         """Every known writer's position (writers that never wrote or announced may be missing)."""
         return {w: p * self.factor for w, p in self.tracker.positions().items()}

@@ -51,6 +51,8 @@ class PositionTracker:
         self._persisted_upto = persisted_upto
         self._max_seen = max(max_seen or 0, persisted_upto, *self._positions.values())
         self._max_local = self._max_seen
+        #: The highest ID this process completed (0: none since it started).
+        self._max_completed = 0
         self._unfinished: set[int] = set()
         self._unfinished_heap: list[int] = []
         self._in_flight: list[int] = []
@@ -106,6 +108,8 @@ class PositionTracker:
             raise ValueError(f"stream ID {stray[0]} completed but not reserved by {self.local}")
         self._unfinished.difference_update(ids)
         self._finished.update(ids)
+        if ids:
+            self._max_completed = max(self._max_completed, max(ids))
 
         limit = self._outstanding_floor()
         if limit is None:
@@ -173,6 +177,17 @@ class PositionTracker:
 
     def positions(self) -> dict[str, int]:
         return dict(self._positions)
+
+    def wrote_above(self, position: int) -> bool:
+        """Whether this process completed an ID above ``position`` since it started (or its own
+        position is above it): a streamer whose last send ended at ``position`` has rows to send, not
+        only a position to announce.
+
+        The own position alone does not tell: it stays below a reservation whose sequence call is
+        in flight, while a later reservation's ID completes above it, and the watermark and the
+        announced position pass that ID (through the run of IDs known to be complete).
+        """
+        return self._max_completed > position or self.minimal_local_position() > position
 
     @property
     def max_seen(self) -> int:

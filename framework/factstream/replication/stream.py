@@ -194,8 +194,11 @@ class ReplicatedStream:
         ID of the range, and are read back through the update function otherwise.
         """
         current = self.current_token(self.local)
-        if self.last_token >= self.minimal_local_current_token():
-            # Nothing new was written here: the position moved because others wrote.
+        if not self.id_gen.wrote_after(self.last_token * self.factor):
+            # Nothing was written here since the last send: the position moved because others wrote.
+            # (Not judged by this process's own position: that lags behind an ID completed while an
+            # earlier reservation waits for the sequence, which ``current`` may pass; see
+            # PositionTracker.wrote_above.)
             self.last_token = max(self.last_token, current)
             self._drop_captured(self.last_token)
             return [], [], current, False
