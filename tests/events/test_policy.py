@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from factstream_events.eventid import content_hash, event_id_for
 from factstream_events.policy import LEVEL_DEFAULTS, WITHOUT_POWER_LEVELS, RoomFacts, check, power_levels_change
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -345,3 +346,55 @@ async def test_a_moderator_cannot_take_over_a_room(main, client):
         f"/rooms/{room_id}/state/m.room.power_levels", json={**levels, "users": {**levels["users"], "@carol:hs": 50}}
     )
     assert r.status_code == 200, r.text
+
+
+# -- the creator, as the room version names it --------------------------------------------------------------
+
+ZED = "@zed:elsewhere"
+
+
+def _remote(
+    room_id: str,
+    version: str,
+    event_type: str,
+    sender: str,
+    content: dict[str, Any],
+    prev: list[str],
+    state_key: str | None = None,
+) -> tuple[dict[str, Any], str]:
+    """A complete remote event of ``version`` (hashed) and its ID."""
+    event: dict[str, Any] = {"room_id": room_id, "type": event_type, "sender": sender, "content": content}
+    event |= {"prev_events": prev, "depth": len(prev) + 1, "origin_server_ts": 1, "auth_events": []}
+    if state_key is not None:
+        event["state_key"] = state_key
+    event["hashes"] = {"sha256": content_hash(event)}
+    return event, event_id_for(event, version)
+
+
+@pytest.mark.parametrize(
+    ("version", "sender", "named", "creator"),
+    [
+        ("11", "@alice:hs", None, "@alice:hs"),  # version 11: the create's sender
+        ("11", ZED, "@alice:hs", None),  # ... whatever its content says
+        ("10", ZED, "@alice:hs", "@alice:hs"),  # before 11: content.creator
+        ("10", "@alice:hs", None, None),
+    ],
+)
+async def test_the_creator_is_the_one_the_room_version_names(main, client, version, sender, named, creator):
+    """A room without power levels (a remote one): its creator has 100, everyone else 0. The creator is
+    the create event's sender in room version 11, ``content.creator`` before."""
+    room_id = f"!v{version}{sender[1:4]}:elsewhere"
+    content: dict[str, Any] = {"room_version": version} | ({"creator": named} if named else {})
+    create, create_id = _remote(room_id, version, "m.room.create", sender, content, [], "")
+    events, prev = [create], [create_id]
+    for user in ("@alice:hs", "@bob:hs", ZED):
+        event, event_id = _remote(room_id, version, "m.room.member", user, {"membership": "join"}, prev, user)
+        events.append(event)
+        prev = [event_id]
+    r = await client("server").post(f"/rooms/{room_id}/remote_events", json={"events": events})
+    assert r.status_code == 200, r.text
+    # the creator has 100 (kicks anyone); anyone else 0 (kicks nobody)
+    r = await client("@alice:hs").post(f"/rooms/{room_id}/kick", json={"user_id": "@bob:hs"})
+    assert (r.status_code == 200) == (creator == "@alice:hs"), r.text
+    if creator is None:
+        assert r.json()["errcode"] == "M_FORBIDDEN"

@@ -9,7 +9,8 @@ stored as given. The rules:
 * to send anything a user must be joined, except to join (allowed when invited, when the join rule is
   ``public``, or for the creator's first join; never when banned; only for themselves) and to leave
   (allowed when joined, invited or knocking);
-* levels (``m.room.power_levels``; without one the creator has 100 and everyone else 0): a user's
+* levels (``m.room.power_levels``; without one the creator, as :func:`creator_of` reads the create event,
+  has 100 and everyone else 0): a user's
   level is ``users[user]``, else ``users_default`` (0). Inviting needs ``invite`` (0), the target not
   joined or banned; kicking (the leave of a joined, invited or knocking user) needs ``kick`` (50) and
   a level above the target's; banning needs ``ban`` (50) and a level above the target's; unbanning
@@ -62,6 +63,17 @@ def _written(value: object) -> int | None:
         except ValueError:  # more digits than Python converts
             return None
     return None
+
+
+def creator_of(create: Mapping[str, Any], room_version: str) -> str | None:
+    """The creator a room's create event names: its ``sender`` from room version 11 (which dropped
+    ``content.creator`` and ignores one given), ``content.creator`` before; None when it names none."""
+    if room_version.isdigit() and int(room_version) >= 11:
+        sender = create.get("sender")
+        return sender if isinstance(sender, str) else None
+    content = create.get("content")
+    creator = content.get("creator") if isinstance(content, dict) else None
+    return creator if isinstance(creator, str) else None
 
 
 def _int(value: object, default: int) -> int:

@@ -31,7 +31,7 @@ from factstream_events.contentrules import HISTORY_VISIBILITIES, check_local_con
 from factstream_events.errors import EventConflict, Forbidden, InvalidEvent, UnknownEvent, UnknownRoom
 from factstream_events.eventid import EventIdError, content_hash, event_id_for, is_valid_event_id
 from factstream_events.persist import NewEvent, Persisted, Persister, RoomView, now_ms
-from factstream_events.policy import LEVEL_DEFAULTS, RoomFacts
+from factstream_events.policy import LEVEL_DEFAULTS, RoomFacts, creator_of
 from factstream_events.prune import KNOWN_ROOM_VERSIONS, UnknownRoomVersion, check_room_version
 from factstream_events.reads import Reads
 from factstream_events.statemath import State, apply_delta, default_resolve
@@ -60,6 +60,7 @@ PRESETS = {"private_chat": "invite", "public_chat": "public", "trusted_private_c
 
 _CONTENTS = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)s)"
 _TARGET = "SELECT sender, type, room_id FROM events WHERE event_id = %(event_id)s"
+_JSON = "SELECT json FROM event_json WHERE event_id = %(event_id)s"
 #: A part of the batch's statement: a concurrent request under the same ID violates :data:`_TXN_KEY`.
 _CLAIM_TXN = """
 INSERT INTO event_txn_ids (user_id, txn_id, request_hash, event_id, inserted_ts)
@@ -107,6 +108,8 @@ class EventsStore:
         self.timeline = Timeline(host, self.reads)
         #: Contents of state events (immutable): a bounded cache.
         self._contents: LruCache[Mapping[str, Any]] = LruCache("events_state_contents", 100_000)
+        #: The creator each create event names, by its ID (immutable): ``(creator or None,)``.
+        self._creators: LruCache[tuple[str | None]] = LruCache("events_room_creators", 100_000)
 
     # -- hooks -------------------------------------------------------------------------------------
 
@@ -147,22 +150,19 @@ class EventsStore:
         users: Sequence[str],
         batch: Mapping[str, NewEvent],
         exists: bool,
+        room_version: str,
     ) -> RoomFacts:
         wanted = {
             k: state.get(t, {}).get(s)
             for k, (t, s) in {"create": (CREATE, ""), "pl": (POWER_LEVELS, ""), "jr": (JOIN_RULES, "")}.items()
         }
         members = {u: state.get(MEMBER, {}).get(u) for u in users}
-        ids = [e for e in [*wanted.values(), *members.values()] if e is not None]
+        ids = [e for e in [wanted["pl"], wanted["jr"], *members.values()] if e is not None]
         contents = {e: batch[e].fields.content for e in ids if e in batch}
         contents.update(await self.contents(conn, [e for e in ids if e not in contents]))
         creator = None
         if wanted["create"] is not None:
-            create = batch.get(wanted["create"])
-            creator = create.fields.sender if create is not None else None
-            if creator is None:
-                c = contents.get(wanted["create"], {})
-                creator = c.get("creator") if isinstance(c.get("creator"), str) else None
+            creator = await self._creator(conn, wanted["create"], batch, room_version)
         jr = contents.get(wanted["jr"], {}) if wanted["jr"] else {}
         return RoomFacts(
             exists=exists,
@@ -173,6 +173,21 @@ class EventsStore:
                 u: str(contents.get(e, {}).get("membership", "leave")) for u, e in members.items() if e is not None
             },
         )
+
+    async def _creator(
+        self, conn: AsyncConnection[Any], create_id: str, batch: Mapping[str, NewEvent], room_version: str
+    ) -> str | None:
+        """The creator the create event ``create_id`` names (``policy.creator_of``)."""
+        made = batch.get(create_id)
+        if made is not None:
+            return creator_of(made.event, room_version)
+        hit = self._creators.get((create_id,))
+        if hit is None:
+            cur = await conn.execute(_JSON, {"event_id": create_id})
+            row = await cur.fetchone()
+            hit = (creator_of(parse_event_json(bytes(row[0])), room_version) if row else None,)
+            self._creators.set((create_id,), hit)
+        return hit[0]
 
     # -- local writes ------------------------------------------------------------------------------
 
@@ -228,7 +243,7 @@ class EventsStore:
                 except BadEvent as exc:
                     raise InvalidEvent(str(exc)) from None
                 users = [draft.sender] + ([draft.state_key] if draft.type == MEMBER and draft.state_key else [])
-                facts = await self._facts(conn, state, users, made, exists)
+                facts = await self._facts(conn, state, users, made, exists, version)
                 if draft.redacts is not None:
                     facts = await self._with_target(conn, facts, room_id, draft.redacts)
                 reason = await self._policy(room_id, event, state, facts)
