@@ -11,12 +11,21 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 from factstream_events.eventid import content_hash, event_id_for
-from factstream_events.policy import LEVEL_DEFAULTS, WITHOUT_POWER_LEVELS, RoomFacts, check, power_levels_change
+from factstream_events.policy import (
+    LEVEL_DEFAULTS,
+    WITHOUT_POWER_LEVELS,
+    RoomFacts,
+    check,
+    event_level,
+    power_levels_change,
+    user_level,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,7 +55,8 @@ def _levels(content: Mapping[str, Any] | None) -> dict[str, int | None]:
 
 
 def _in_force(content: Mapping[str, Any] | None, name: str) -> int | None:
-    """The level a content puts in force for ``name`` (None: an unwritten event type or notification)."""
+    """The level a content puts in force for ``name`` (None: an unwritten event type, whose level
+    depends on how it is sent, or an unwritten notification other than ``room``)."""
     written = _levels(content)
     if name in written:
         return written[name]
@@ -55,7 +65,17 @@ def _in_force(content: Mapping[str, Any] | None, name: str) -> int | None:
         return defaults[name]
     if name.startswith("users/"):
         return _in_force(content, "users_default")
+    if name == "notifications/room":
+        return 50
     return None
+
+
+def _sending(content: Mapping[str, Any] | None, name: str) -> tuple[int | None, ...]:
+    """The levels in force for ``name``: for an event type, the level to send it as a state event and
+    as another event (``state_default`` and ``events_default`` when it is not written)."""
+    if name.startswith("events/") and name not in _levels(content):
+        return _in_force(content, "state_default"), _in_force(content, "events_default")
+    return (_in_force(content, name),)
 
 
 def model_allows(me: str, old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
@@ -65,8 +85,8 @@ def model_allows(me: str, old: Mapping[str, Any] | None, new: Mapping[str, Any])
     own = _in_force(old, f"users/{me}")
     assert own is not None
     for name in {*_levels(old), *_levels(new), *FIELDS}:
-        was = (_levels(old).get(name), _in_force(old, name))
-        now = (_levels(new).get(name), _in_force(new, name))
+        was = (_levels(old).get(name), *_sending(old, name))
+        now = (_levels(new).get(name), *_sending(new, name))
         if was == now:
             continue
         if any(v is not None and v > own for v in (*was, *now)):
@@ -175,6 +195,15 @@ def test_an_allowed_change_gives_nobody_power_and_moves_no_peer(
         was, now = _in_force(old, name), _in_force(new, name)
         if was != now:
             assert was is not None and now is not None and max(was, now) <= own, name
+    # sending any event type, as state or not, and notifying the room: levels as the policy reads them
+    facts_old, facts_new = facts_of(old), facts_of(new)
+    for event_type, is_state in itertools.product((*TYPES, "org.example.unnamed"), (True, False)):
+        was, now = event_level(facts_old, event_type, is_state), event_level(facts_new, event_type, is_state)
+        if was != now:
+            assert max(was, now) <= own, f"the level to send {event_type} (state: {is_state}) moved beyond reach"
+    was, now = _in_force(old, "notifications/room"), _in_force(new, "notifications/room")
+    if was != now:
+        assert was is not None and now is not None and max(was, now) <= own, "notifications.room"
 
 
 @pytest.mark.parametrize(
@@ -191,6 +220,21 @@ def test_an_allowed_change_gives_nobody_power_and_moves_no_peer(
 def test_a_new_power_levels_content_must_be_integers(content: dict[str, Any], field: str) -> None:
     refusal = power_levels_change(CREATOR, facts_of({"users": {CREATOR: 100}}), content)
     assert refusal is not None and refusal.startswith(f"power levels: {field}")
+
+
+@pytest.mark.parametrize("stored", ["high", "1.5", "--5", None, True, 1.5, [50], {"x": 1}])
+def test_a_stored_level_that_is_no_integer_counts_as_absent(stored: Any) -> None:
+    """A remote room's power levels may hold anything: a value that is not a level is the default it
+    stands for (``events[type]``: ``state_default`` / ``events_default``; ``users[user]``:
+    ``users_default``), never 0."""
+    pl = {"users": {CREATOR: 100, ME: stored}, "users_default": 20, "events": {"m.room.name": stored, "x": stored}}
+    pl |= {"state_default": 60, "events_default": 30}
+    facts = RoomFacts(True, CREATOR, pl, "invite", {ME: "join"})
+    assert user_level(facts, ME) == 20
+    assert event_level(facts, "m.room.name", True) == 60
+    assert event_level(facts, "x", False) == 30
+    refusal = check({"type": "m.room.name", "sender": ME, "state_key": "", "content": {"name": "n"}}, facts)
+    assert refusal is not None and "20 < 60" in refusal
 
 
 def test_a_stored_level_that_is_no_integer_does_not_break_the_policy() -> None:
@@ -344,6 +388,31 @@ async def test_a_moderator_cannot_take_over_a_room(main, client):
     # what stays allowed: a moderator raising a newcomer to their own level
     r = await client(bob).put(
         f"/rooms/{room_id}/state/m.room.power_levels", json={**levels, "users": {**levels["users"], "@carol:hs": 50}}
+    )
+    assert r.status_code == 200, r.text
+
+
+async def test_a_moderator_cannot_open_an_event_type_beyond_their_level(main, client):
+    """In a room whose ``state_default`` (or ``events_default``) is above a moderator's level, the
+    moderator who may change power levels cannot write a level for an event type it does not name:
+    that type's level in force is the default, beyond their reach (the reference allows it: the type
+    has no written level before)."""
+    alice, bob = "@alice:hs", "@bob:hs"
+    room_id = await store_of(main).create_room(alice, preset="public_chat")
+    await store_of(main).change_membership(room_id, bob, bob, "join")
+    levels = {"users": {alice: 100, bob: 50}, "state_default": 100, "events_default": 100}
+    levels |= {"events": {"m.room.power_levels": 50}}
+    r = await client(alice).put(f"/rooms/{room_id}/state/m.room.power_levels", json=levels)
+    assert r.status_code == 200, r.text
+    for event_type in ("m.room.name", "m.room.message", "m.room.join_rules"):
+        opened = {**levels, "events": {**levels["events"], event_type: 50}}
+        r = await client(bob).put(f"/rooms/{room_id}/state/m.room.power_levels", json=opened)
+        assert r.status_code == 403 and "above their power level 50" in r.json()["error"], r.text
+    r = await client(bob).put(f"/rooms/{room_id}/state/m.room.name", json={"name": "mine"})
+    assert r.status_code == 403, r.text
+    # what stays allowed: a type already at or below the moderator's level, moved within it
+    r = await client(bob).put(
+        f"/rooms/{room_id}/state/m.room.power_levels", json={**levels, "events": {"m.room.power_levels": 40}}
     )
     assert r.status_code == 200, r.text
 

@@ -86,9 +86,8 @@ def user_level(facts: RoomFacts, user: str) -> int:
     if pl is None:
         return 100 if user == facts.creator else 0
     users = pl.get("users")
-    if isinstance(users, dict) and user in users:
-        return _int(users[user], 0)
-    return _int(pl.get("users_default"), 0)
+    written = _written(users.get(user)) if isinstance(users, dict) else None
+    return _int(pl.get("users_default"), 0) if written is None else written
 
 
 #: The top-level levels of a power-levels event and their values when the event leaves them out.
@@ -97,6 +96,8 @@ LEVEL_DEFAULTS = dict(users_default=0, events_default=0, state_default=50, ban=5
 WITHOUT_POWER_LEVELS = {**LEVEL_DEFAULTS, "state_default": 0}
 #: The objects of a power-levels event that map a name (user, event type, notification) to a level.
 LEVEL_MAPS = ("users", "events", "notifications")
+#: The notification levels the specification gives a default (``@room`` mentions).
+NOTIFICATION_DEFAULTS = {"room": 50}
 
 
 def needed(facts: RoomFacts, key: str, default: int) -> int:
@@ -110,8 +111,9 @@ def needed(facts: RoomFacts, key: str, default: int) -> int:
 def event_level(facts: RoomFacts, event_type: str, is_state: bool) -> int:
     pl = facts.power_levels
     events = pl.get("events") if pl is not None else None
-    if isinstance(events, dict) and event_type in events:
-        return _int(events[event_type], 0)
+    written = _written(events.get(event_type)) if isinstance(events, dict) else None
+    if written is not None:
+        return written
     if is_state:
         return needed(facts, "state_default", 50)
     return needed(facts, "events_default", 0)
@@ -241,8 +243,8 @@ class Levels:
 
     def in_force(self, slot: Slot) -> int | None:
         """The level in force at ``slot``: the written one, else its default (a user's is
-        ``users_default``); None for an unwritten event type or notification (its default depends on
-        what is sent)."""
+        ``users_default``, ``notifications.room`` 50); None for an unwritten event type (its level
+        depends on how it is sent: :meth:`sending`) or other notification."""
         if slot in self.written:
             return self.written[slot]
         group, name = slot
@@ -250,7 +252,14 @@ class Levels:
             return self.defaults[name]
         if group == "users":
             return self.in_force(("", "users_default"))
-        return None
+        return NOTIFICATION_DEFAULTS.get(name) if group == "notifications" else None
+
+    def sending(self, slot: Slot) -> tuple[int | None, ...]:
+        """The levels in force at ``slot``: for an unwritten event type, those to send it as a state
+        event and as another event (``state_default``, ``events_default``); else :meth:`in_force`."""
+        if slot[0] == "events" and slot not in self.written:
+            return self.in_force(("", "state_default")), self.in_force(("", "events_default"))
+        return (self.in_force(slot),)
 
 
 def invalid_levels(content: Mapping[str, Any]) -> str | None:
@@ -279,8 +288,9 @@ def power_levels_change(sender: str, facts: RoomFacts, content: Mapping[str, Any
 
     Every level the old or the new content writes, and every top-level level, is compared before and
     after, both as written and as in force (a level left out falls back to its default: a user's to
-    ``users_default``). A level changes when either differs. The sender's level is ``own``. A change
-    is refused when:
+    ``users_default``, an event type's to ``state_default`` and ``events_default``, as it is sent as
+    state or not, ``notifications.room`` to 50). A level changes when one of these differs. The
+    sender's level is ``own``. A change is refused when:
 
     * the old level (written or in force) is above ``own``: nobody changes, or removes, a level
       beyond their reach;
@@ -294,7 +304,8 @@ def power_levels_change(sender: str, facts: RoomFacts, content: Mapping[str, Any
     This holds Matrix's rule for ``m.room.power_levels`` (the authorisation rules of the specification,
     the reference's ``_check_power_levels``) on the written levels, ``notifications`` included, and
     closes what it leaves open through defaults: removing a level that then falls back to a default
-    above ``own``, changing a user who has no entry but is at or above ``own`` by ``users_default``.
+    above ``own``, writing a level for an event type (or ``notifications.room``) whose default is above
+    ``own``, changing a user who has no entry but is at or above ``own`` by ``users_default``.
     """
     reason = invalid_levels(content)
     if reason is not None:
@@ -304,8 +315,8 @@ def power_levels_change(sender: str, facts: RoomFacts, content: Mapping[str, Any
     new = Levels.of(content, None)
     slots = sorted({*old.written, *new.written, *(("", name) for name in LEVEL_DEFAULTS)})
     for slot in slots:
-        before = (old.written.get(slot), old.in_force(slot))
-        after = (new.written.get(slot), new.in_force(slot))
+        before = (old.written.get(slot), *old.sending(slot))
+        after = (new.written.get(slot), *new.sending(slot))
         if before == after:
             continue
         name = _slot_name(slot)
@@ -320,6 +331,6 @@ def power_levels_change(sender: str, facts: RoomFacts, content: Mapping[str, Any
     return None
 
 
-def _shown(levels: tuple[int | None, int | None]) -> str:
-    written, in_force = levels
-    return str(in_force) if written is None else str(written)
+def _shown(levels: tuple[int | None, ...]) -> str:
+    written, *in_force = levels
+    return "/".join(dict.fromkeys(str(v) for v in in_force)) if written is None else str(written)
