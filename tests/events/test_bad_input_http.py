@@ -260,20 +260,6 @@ async def test_depth_beyond_canonical_json_is_refused_in_room_version_10(main, c
     await refused(main, post(client, "server", f"/rooms/{REMOTE}/remote_events", body), 400, "depth")
 
 
-async def test_a_local_event_past_the_deepest_depth_is_refused_naming_depth(main, client):
-    room_id = "!deepest:elsewhere"
-    create, c = remote_event(room_id, "m.room.create", ZED, {"room_version": "10"}, [], 1, state_key="")
-    rules, r_ = remote_event(room_id, "m.room.join_rules", ZED, {"join_rule": "public"}, [c], 2, state_key="")
-    bob, b = remote_event(room_id, MEMBER, BOB, {"membership": "join"}, [r_], 3, state_key=BOB)
-    last, _ = remote_event(room_id, "m.room.message", ZED, {"body": "at the bottom"}, [b], 2**53 - 1)
-    r = await client("server").post(f"/rooms/{room_id}/remote_events", content=remote_body([create, rules, bob, last]))
-    assert r.status_code == 200, r.text
-    message = await refused(
-        main, put(client, BOB, f"/rooms/{room_id}/send/m.room.message/d1", {"msgtype": "m.text", "body": "x"}), 400
-    )
-    assert message.startswith("depth"), message
-
-
 def nested(depth: int) -> bytes:
     return b"[" * depth + b"]" * depth
 

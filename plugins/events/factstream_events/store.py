@@ -215,7 +215,8 @@ class EventsStore:
             if view is not None and view.extremities:
                 deepest = sorted(view.extremities.items(), key=lambda kv: (-kv[1][0], -kv[1][1]))[:MAX_PREV_EVENTS]
                 prev = [eid for eid, _ in deepest]
-                depth = max(d for _, (d, _, _) in deepest) + 1
+                # capped, as the reference caps it: a remote event at the largest depth must not freeze the room
+                depth = min(max(d for _, (d, _, _) in deepest) + 1, MAX_SAFE_INTEGER)
             else:
                 prev, depth = [], 1
             made: dict[str, NewEvent] = {}
@@ -256,7 +257,7 @@ class EventsStore:
                 if draft.state_key is not None:
                     state = apply_delta(state, {draft.type: {draft.state_key: event_id}})
                 exists = True
-                prev, depth = [event_id], depth + 1
+                prev, depth = [event_id], min(depth + 1, MAX_SAFE_INTEGER)
             return out
 
         def claim(stored: Sequence[str]) -> tuple[str, Mapping[str, Any]] | None:
@@ -493,11 +494,6 @@ def _create_version(event: Mapping[str, Any]) -> str | None:
 
 def _sealed(event: dict[str, Any], room_version: str) -> NewEvent:
     """A local event, complete and checked: its hashes, ID and canonical bytes (400s naming the field)."""
-    if event["depth"] > MAX_SAFE_INTEGER:
-        raise InvalidEvent(
-            f"depth: the room's deepest event is at {event['depth'] - 1}; a new event's depth would pass "
-            f"2**53-1, the largest integer canonical JSON holds"
-        )
     try:
         event["hashes"] = {"sha256": content_hash(event)}
         event_id = event_id_for(event, room_version)

@@ -1,0 +1,75 @@
+"""What a remote batch cannot do to a room's local users, whatever a writer forwards from another server.
+
+* An event at the deepest depth canonical JSON holds does not freeze the room: a local event after it
+  takes that depth (the reference caps a new event's depth the same way).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from factstream_events.eventid import content_hash, event_id_for
+
+from tests.events.scenario import BOB, MEMBER, Clients
+
+ZED = "@zed:elsewhere"
+MAX_SAFE = 2**53 - 1
+
+
+def make(room_id: str, version: str, event_type: str, content: dict[str, Any], prev: list[str], depth: int,
+         *, sender: str = ZED, state_key: str | None = None) -> tuple[dict[str, Any], str]:  # fmt: skip
+    """A complete remote event of ``version`` and its ID (its reference hash, or one made up where
+    the hash cannot be computed: a depth beyond canonical JSON in versions before 6)."""
+    event: dict[str, Any] = {"room_id": room_id, "type": event_type, "sender": sender, "content": content}
+    event |= {"prev_events": prev, "depth": depth, "origin_server_ts": 1, "auth_events": []}
+    if state_key is not None:
+        event["state_key"] = state_key
+    if depth > MAX_SAFE:
+        return event, f"$deep{len(prev)}{depth}"
+    event["hashes"] = {"sha256": content_hash(event)}
+    return event, event_id_for(event, version)
+
+
+def public_room(room_id: str, version: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """A remote room where zed (100) and bob (a local user) are joined: its events and their IDs."""
+    events: list[dict[str, Any]] = []
+    ids: list[str] = []
+    for event_type, content, key in (
+        ("m.room.create", {"room_version": version, "creator": ZED}, ""),
+        (MEMBER, {"membership": "join"}, ZED),
+        ("m.room.power_levels", {"users": {ZED: 100}}, ""),
+        ("m.room.join_rules", {"join_rule": "public"}, ""),
+        (MEMBER, {"membership": "join"}, BOB),
+    ):
+        event, event_id = make(room_id, version, event_type, content, ids[-1:], len(ids) + 1,
+                               sender=BOB if key == BOB else ZED, state_key=key)  # fmt: skip
+        events.append(event)
+        ids.append(event_id)
+    return events, ids
+
+
+async def post(client: Clients, room_id: str, events: list[Any], **extra: Any) -> httpx.Response:
+    return await client("server").post(f"/rooms/{room_id}/remote_events", json={"events": events, **extra})
+
+
+async def send(client: Clients, room_id: str, body: str) -> httpx.Response:
+    content = {"msgtype": "m.text", "body": body}
+    return await client(BOB).put(f"/rooms/{room_id}/send/m.room.message/{body}", json=content)
+
+
+@pytest.mark.parametrize(("version", "depth"), [("10", MAX_SAFE), ("5", MAX_SAFE), ("5", 2**63 - 1)])
+async def test_an_event_at_the_deepest_depth_does_not_freeze_the_room(main, client, version, depth):
+    room_id = f"!deep{version}{depth % 1000}:elsewhere"
+    events, ids = public_room(room_id, version)
+    r = await post(client, room_id, events)
+    assert r.status_code == 200, r.text
+    deep, deep_id = make(room_id, version, "m.room.message", {"msgtype": "m.text", "body": "deep"}, ids[-1:], depth)
+    r = await post(client, room_id, [deep], event_ids=[deep_id])
+    assert r.status_code == 200, r.text
+    for body in ("after", "and-after"):
+        r = await send(client, room_id, body)
+        assert r.status_code == 200, r.text
+        raw = await client("server").get(f"/rooms/{room_id}/event/{r.json()['event_id']}", params={"raw": "true"})
+        assert raw.json()["depth"] == MAX_SAFE
