@@ -2,6 +2,7 @@
 
 * An event at the deepest depth canonical JSON holds does not freeze the room: a local event after it
   takes that depth (the reference caps a new event's depth the same way).
+* A room has one create event: a second one is refused, in the room's first batch or later.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import httpx
 import pytest
 from factstream_events.eventid import content_hash, event_id_for
 
-from tests.events.scenario import BOB, MEMBER, Clients
+from tests.events.scenario import BOB, MEMBER, Clients, table_counts
 
 ZED = "@zed:elsewhere"
 MAX_SAFE = 2**53 - 1
@@ -73,3 +74,36 @@ async def test_an_event_at_the_deepest_depth_does_not_freeze_the_room(main, clie
         assert r.status_code == 200, r.text
         raw = await client("server").get(f"/rooms/{room_id}/event/{r.json()['event_id']}", params={"raw": "true"})
         assert raw.json()["depth"] == MAX_SAFE
+
+
+async def test_a_room_has_one_create_event(main, client):
+    """A second create event (its own or another's content, after the room's events or without
+    prev_events, normal or as an outlier, in the room's first batch or later) is refused naming the
+    event, and nothing of its batch is stored: it would replace the room's creator and version in its
+    state. The same create again is only already stored."""
+    room_id = "!creates:elsewhere"
+    events, ids = public_room(room_id, "10")
+    other = {"room_version": "10", "creator": BOB}
+    later, _ = make(room_id, "10", "m.room.create", other, ids[-1:], 9, state_key="")
+    rootless, _ = make(room_id, "10", "m.room.create", other, [], 1, state_key="")
+    with_prev, _ = make(
+        room_id, "10", "m.room.create", {"room_version": "10", "creator": ZED}, ids[:1], 2, state_key=""
+    )
+    # in the room's first batch: a second create, or the only one with prev_events
+    for batch, field in (([*events, rootless], "events[5].type"), ([with_prev, *events[1:]], "events[0].prev_events")):
+        r = await post(client, room_id, batch)
+        assert r.status_code == 400 and r.json()["error"].startswith(field), r.text
+    counts = await table_counts(main)
+    assert counts["rooms"] == 0 and counts["events"] == 0, counts
+    r = await post(client, room_id, events)
+    assert r.status_code == 200, r.text
+    before = await table_counts(main)
+    message, _ = make(room_id, "10", "m.room.message", {"msgtype": "m.text", "body": "x"}, ids[-1:], 9)
+    for batch, extra in (([later], {}), ([message, rootless], {}), ([rootless], {"outlier": True})):
+        r = await post(client, room_id, batch, **extra)
+        assert r.status_code == 400 and "already has a create event" in r.json()["error"], r.text
+    assert await table_counts(main) == before
+    r = await post(client, room_id, events[:1], outlier=True)
+    assert r.status_code == 200 and r.json()["already_stored"] == ids[:1], r.text
+    state = await client("server").get(f"/rooms/{room_id}/state", params={"server": "true"})
+    assert [e["content"]["creator"] for e in state.json() if e["type"] == "m.room.create"] == [ZED]

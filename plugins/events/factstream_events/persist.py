@@ -10,7 +10,8 @@ than in PostgreSQL):
    that comes twice in the batch with other bytes (the same bytes twice are stored once); an event
    held as an outlier and now sent normally is *de-outliered*. References never cross rooms: a
    prev_event held in another room refuses the batch (400), and a redaction applies only to an event
-   of its own room (one of another room is stored, never applied);
+   of its own room (one of another room is stored, never applied); a room has one create event (a
+   second, or one with prev_events, refuses the batch: 400);
 3. order the batch so that prev_events come first, then per event: the state before it (its
    prev_events' states; several different ones are resolved by the ``resolve_state`` hook or the
    default resolver; none: the empty state, which has a group like any state), the state after it
@@ -133,6 +134,10 @@ FROM events e
 WHERE e.event_id = ANY(%(ids)b::text[])
 """
 _MEMBERSHIPS = "SELECT event_id, membership FROM events WHERE event_id = ANY(%(ids)b::text[])"
+#: The room's create event (read only when a batch brings one the room does not hold).
+_HELD_CREATE = """
+SELECT event_id FROM events WHERE room_id = %(room_id)s AND type = 'm.room.create' AND state_key = '' LIMIT 1
+"""
 _HV_JSON = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)b::text[])"
 #: Those of a batch's events that already have children: an event not yet held (or held as an outlier)
 #: that a stored event names among its prev_events is a backward extremity of the room until it is
@@ -342,6 +347,35 @@ def _refuse_references_elsewhere(batch: Sequence[NewEvent], room_id: str, elsewh
                 )
 
 
+def _is_create(e: NewEvent) -> bool:
+    return e.fields.type == CREATE and e.fields.state_key == ""
+
+
+async def _refuse_another_create(
+    conn: AsyncConnection[Any], room_id: str, batch: Sequence[NewEvent], new: Sequence[NewEvent], held_room: bool
+) -> None:
+    """:class:`InvalidEvent` (400) for a create event (``m.room.create``, state key ``""``) among the
+    batch's ``new`` events that has ``prev_events``, that is the batch's second, or that is not the create
+    event the room already holds: a room has one create event, its first (the specification's first
+    authorisation rule), and a second would replace the room's creator and version in its state."""
+    creates = [e for e in new if _is_create(e)]
+    if not creates:
+        return
+    where = {e.event_id: i for i, e in enumerate(batch)}
+    the_one: str | None = creates[0].event_id
+    if held_room:
+        cur = await conn.execute(_HELD_CREATE, {"room_id": room_id})
+        row = await cur.fetchone()
+        the_one = the_one if row is None or str(row[0]) == the_one else None
+    for e in creates:
+        if e.event_id != the_one:
+            raise InvalidEvent(
+                f"events[{where[e.event_id]}].type: room {room_id} already has a create event; a room has one"
+            )
+        if e.fields.prev_events:
+            raise InvalidEvent(f"events[{where[e.event_id]}].prev_events: a create event has none, the room's first")
+
+
 #: Room views a writer keeps (a view is its room's forward extremities and history visibility values:
 #: a few hundred bytes; an evicted one is read again, one query, when its room is next written).
 MAX_ROOM_VIEWS = 10_000
@@ -546,8 +580,9 @@ class Persister:
         lock (of the batch's events and every prev_event), or None to make them now. The writes go in one
         round trip with the ``COMMIT``: whatever must undo the batch fails its statement."""
         conn = txn.conn
+        held_room = room is not None
         if room is None:
-            create = next((e for e in batch if e.fields.type == CREATE and e.fields.state_key == ""), None)
+            create = next((e for e in batch if _is_create(e)), None)
             if create is None and (local or room_version is None):
                 raise UnknownRoom(f"room {room_id} is not known here")
             version = _room_version_of_create(create.event) if create is not None else str(room_version)
@@ -608,6 +643,7 @@ class Persister:
                 duplicates.append(e.event_id)
         if not todo:
             return Persisted([], duplicates, {})
+        await _refuse_another_create(conn, room_id, batch, todo, held_room)
         ordered = _batch_order(todo)
         in_batch = {e.event_id: e for e in ordered}
         deoutliered = {e.event_id for e in ordered if e.event_id in held}
