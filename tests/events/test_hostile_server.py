@@ -3,6 +3,8 @@
 * An event at the deepest depth canonical JSON holds does not freeze the room: a local event after it
   takes that depth (the reference caps a new event's depth the same way).
 * A room has one create event: a second one is refused, in the room's first batch or later.
+* A cycle across batches (IDs given beside events) cannot leave a room without latest events, which
+  would make the next local event start the room's state again from nothing.
 """
 
 from __future__ import annotations
@@ -107,3 +109,33 @@ async def test_a_room_has_one_create_event(main, client):
     assert r.status_code == 200 and r.json()["already_stored"] == ids[:1], r.text
     state = await client("server").get(f"/rooms/{room_id}/state", params={"server": "true"})
     assert [e["content"]["creator"] for e in state.json() if e["type"] == "m.room.create"] == [ZED]
+
+
+async def test_a_cycle_across_batches_cannot_leave_the_room_without_latest_events(main, client):
+    """IDs given beside events (or chosen inside them, room versions 1 and 2) can make a cycle across
+    batches: ``a`` follows the room's latest event and ``b`` (not held), then ``b`` follows ``a``. Stored,
+    ``b`` would replace ``a`` as the room's latest event without being one (``a`` names it): the room
+    would have none, and the next local event, with no prev_events, would take the empty state as the
+    room's. The batch that closes the cycle is refused and nothing of it is stored."""
+    room_id = "!cycle:elsewhere"
+    events, ids = public_room(room_id, "10")
+    r = await post(client, room_id, events)
+    assert r.status_code == 200, r.text
+    a, _ = make(room_id, "10", "m.room.message", {"msgtype": "m.text", "body": "a"}, ["$b", ids[-1]], 9)
+    b, _ = make(room_id, "10", "m.room.message", {"msgtype": "m.text", "body": "b"}, ["$a"], 10)
+    r = await post(client, room_id, [a], event_ids=["$a"])
+    assert r.status_code == 200, r.text
+    before = await table_counts(main)
+    r = await post(client, room_id, [b], event_ids=["$b"])
+    assert r.status_code == 400 and r.json()["error"].startswith("events: the batch would leave room"), r.text
+    assert await table_counts(main) == before
+    r = await send(client, room_id, "after")
+    assert r.status_code == 200, r.text
+    state = await client(BOB).get(f"/rooms/{room_id}/state")
+    assert {(e["type"], e["state_key"]) for e in state.json()} == {
+        ("m.room.create", ""),
+        ("m.room.power_levels", ""),
+        ("m.room.join_rules", ""),
+        (MEMBER, ZED),
+        (MEMBER, BOB),
+    }

@@ -12,6 +12,8 @@ than in PostgreSQL):
    prev_event held in another room refuses the batch (400), and a redaction applies only to an event
    of its own room (one of another room is stored, never applied); a room has one create event (a
    second, or one with prev_events, refuses the batch: 400);
+   a batch that would leave the room without forward extremities is refused (400: its events and
+   those already stored form a cycle, which IDs given beside events can make);
 3. order the batch so that prev_events come first, then per event: the state before it (its
    prev_events' states; several different ones are resolved by the ``resolve_state`` hook or the
    default resolver; none: the empty state, which has a group like any state), the state after it
@@ -905,6 +907,11 @@ class Persister:
                 r = by_id[e.event_id]
                 kept = held[e.event_id].stream if held[e.event_id].stream else provisional + i
                 extremities[e.event_id] = (e.fields.depth, kept, r["state_group"])
+        if not extremities:
+            raise InvalidEvent(
+                f"events: the batch would leave room {room_id} without a latest event: each of its events is "
+                f"already a prev_event of a stored event, and the room's latest are its prev_events (a cycle)"
+            )
         ranked = sorted((-d, -s, g) for d, s, g in extremities.values() if g is not None)
         group_ids = list(dict.fromkeys(int(g) for _, _, g in ranked))
         if not group_ids:
