@@ -394,7 +394,7 @@ class Reads:
                     if vis is None or not await self._world_readable(conn, vis):
                         raise Forbidden(f"{user} is not in room {room_id}")
             if user is not None and at is not None and not own_leave:
-                await self.event(user, at)  # 404 unless the user may see it
+                await self.event(user, at, room_id)  # 404 unless an event of the room the user may see
         ids = await self.state_ids(room_id, at)
         async with self.host.database().autocommit() as conn:
             rows = await self.rows(conn, list(ids.values()))
