@@ -8,6 +8,8 @@ issue 30).
   the reader may read as an event: ``/state`` lists state events the reader may not see (set before
   they joined a ``joined`` room), and their predecessors were in no state the reader could read.
   Checked over every history visibility and every standing of the reader, on every route.
+* The federation format (``/backfill``, ``/state?server=true``) never carries a remote server's stored
+  ``unsigned`` (another server's ``transaction_id``, ``age_ts``, ``invite_room_state``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from factstream_events.eventid import content_hash
 
 from tests.events.scenario import (
     ALICE,
@@ -26,9 +29,12 @@ from tests.events.scenario import (
     RoomDriver,
     expect,
     history,
+    remote_body,
+    remote_event,
 )
 from tests.events.test_served_view_http import PATHS, act
 
+ZED = "@zed:elsewhere.example"
 PREV_KEYS = ("prev_content", "prev_sender", "replaces_state")
 
 
@@ -154,3 +160,35 @@ async def test_a_later_joiner_does_not_read_what_the_state_was_before_they_could
     by_key = {(e["type"], e["state_key"]): e["unsigned"] for e in r.json()}
     assert by_key[("m.room.name", "")]["prev_content"] == {"name": "old-name-1"}
     assert by_key[(MEMBER, BOB)]["prev_content"]["displayname"] == "old-displayname-1"
+
+
+# -- the federation format ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spelling", ['"unsigned"', '"\\u0075nsigned"'])
+async def test_the_federation_format_never_carries_a_stored_unsigned(main, client, spelling):
+    room_id = "!unsigned-fed:elsewhere.example"
+    create, create_id = remote_event(room_id, "m.room.create", ZED, {"room_version": "10"}, [], 1, state_key="")
+    join, join_id = remote_event(room_id, MEMBER, ZED, {"membership": "join"}, [create_id], 2, state_key=ZED)
+    invite, invite_id = remote_event(room_id, MEMBER, ZED, {"membership": "invite"}, [join_id], 3, state_key=BOB)
+    message, message_id = remote_event(room_id, "m.room.message", ZED, {"msgtype": "m.text", "body": "x"},
+                                       [invite_id], 4)  # fmt: skip
+    invite["unsigned"] = {"invite_room_state": [{"type": "m.room.name", "content": {"name": "stripped"}}]}
+    message["unsigned"] = {"transaction_id": "zeds-own-txn", "age_ts": 5}
+    ids = [None, None, invite_id, message_id]  # the IDs as given: the stored unsigned is not hashed
+    body = remote_body([create, join, invite, message], event_ids=ids).replace(b'"unsigned"', spelling.encode())
+    server = client("server")
+    r = await server.post(f"/rooms/{room_id}/remote_events", content=body)
+    assert r.status_code == 200, r.text
+    answers = {
+        "/backfill": (await server.get(f"/rooms/{room_id}/backfill", params={"v": message_id})).json()["pdus"],
+        "/state?server=true": (await server.get(f"/rooms/{room_id}/state", params={"server": "true"})).json(),
+    }
+    for where, pdus in answers.items():
+        assert pdus and not [p for p in pdus if "unsigned" in p], (where, pdus)
+        for pdu in pdus:  # the rest as stored: the content hash still holds
+            assert pdu["hashes"]["sha256"] == content_hash(pdu), (where, pdu)
+    assert len(answers["/backfill"]) == 4
+    # raw=true stays the stored bytes exactly
+    raw = await server.get(f"/rooms/{room_id}/event/{message_id}", params={"raw": "true"})
+    assert raw.json()["unsigned"] == {"transaction_id": "zeds-own-txn", "age_ts": 5}
