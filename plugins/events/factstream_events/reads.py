@@ -13,7 +13,7 @@ pruned; ``raw=true`` is the stored bytes exactly.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,7 +29,7 @@ from factstream_events.statemath import StateMap, nest
 from factstream_events.statestore import StateStore
 from factstream_events.tokens import RoomToken, TokenError, next_token, order_by, pagination_bounds
 from factstream_events.validate import MEMBER, NEVER_SHOWN, REDACTION
-from factstream_events.visibility import EventFacts, check_event
+from factstream_events.visibility import EventFacts, Verdict, check_event
 
 MAX_PAGE = 1_000
 DEFAULT_PAGE = 10
@@ -120,6 +120,13 @@ def _moved_redacts(row: Row, room_version: str) -> str | None:
     return row.redacts
 
 
+def _facts(row: Row) -> EventFacts:
+    """What the visibility rules need of ``row`` (``factstream_events.visibility``)."""
+    return EventFacts(
+        row.type, row.state_key, row.sender, row.outlier, row.visibility, row.membership, row.prev_membership
+    )
+
+
 def _after_leave(row: Row, mine: tuple[str, int, int, str] | None) -> bool:
     """Whether ``row`` comes after the user's leave (``mine``: their current membership), in the
     room's ``(topological, stream)`` order: nothing after it is theirs to read."""
@@ -137,6 +144,8 @@ class Reads:
         self._memberships: LruCache[str | None] = LruCache("events_member_event_membership", 100_000)
         #: The state event each state event replaced (None: none); immutable, like the state before it.
         self._replaces: LruCache[str | None] = LruCache("events_replaces_state", 100_000)
+        #: A user's member event in a state group (None: none); groups never change.
+        self._member_at: LruCache[str | None] = LruCache("events_member_at_group", 100_000)
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -171,18 +180,42 @@ class Reads:
                 self._memberships.set((str(event_id),), membership)
         return known
 
-    async def memberships_at(self, conn: AsyncConnection[Any], user: str, rows: Sequence[Row]) -> list[str | None]:
-        """The user's membership in the state after each event (None: none; outliers: None)."""
-        groups: dict[str, set[int]] = {}
-        for row in rows:
-            if row.state_group is not None:
-                groups.setdefault(row.room_id, set()).add(row.state_group)
-        loaded = await self.states.load_groups(conn, groups)
-        member_events = [
-            None if row.state_group is None else loaded[row.state_group].state.get(MEMBER, {}).get(user) for row in rows
-        ]
+    async def memberships_at(
+        self, conn: AsyncConnection[Any], user: str, rows: Sequence[Row], *, whole_states: bool = True
+    ) -> list[str | None]:
+        """The user's membership in the state after each event (None: none; outliers: None).
+
+        ``whole_states``: load each event's state (kept in the state cache, for the next page of the
+        room); False: look up the one key in each (``StateStore.entries``: nothing replayed or kept),
+        for many events of a room whose states the cache could not hold (every state event of a state).
+        """
+        held = [(r, r.state_group) for r in rows if r.state_group is not None]
+        if whole_states:
+            groups: dict[str, set[int]] = {}
+            for row, group in held:
+                groups.setdefault(row.room_id, set()).add(group)
+            loaded = await self.states.load_groups(conn, groups)
+            found = [loaded[group].state.get(MEMBER, {}).get(user) for _, group in held]
+        else:
+            found = await self._member_entries(conn, user, held)
+        at = dict(zip([r.event_id for r, _ in held], found, strict=True))
+        member_events = [at.get(row.event_id) for row in rows]
         known = await self._membership_of_events(conn, {e for e in member_events if e is not None})
         return [known.get(e) if e is not None else None for e in member_events]
+
+    async def _member_entries(
+        self, conn: AsyncConnection[Any], user: str, held: Sequence[tuple[Row, int]]
+    ) -> list[str | None]:
+        """The user's member event in each ``(row, state group)``'s state: ``StateStore.entries``, kept
+        per group and user (a bounded cache: a group never changes)."""
+        found: list[Any] = [self._member_at.get((group, user), _MISSING) for _, group in held]
+        missing = [i for i, hit in enumerate(found) if hit is _MISSING]
+        if missing:
+            asks = [(held[i][0].room_id, held[i][1], MEMBER, user) for i in missing]
+            for i, member_event in zip(missing, await self.states.entries(conn, asks), strict=True):
+                found[i] = member_event
+                self._member_at.set((held[i][1], user), member_event)
+        return found
 
     async def current_membership(
         self, conn: AsyncConnection[Any], room_id: str, user: str
@@ -202,17 +235,23 @@ class Reads:
         return await self.format(conn, user, await self.visible(conn, user, rows, is_peeking=is_peeking))
 
     async def readable(
-        self, conn: AsyncConnection[Any], user: str, rows: Sequence[Row]
+        self, conn: AsyncConnection[Any], user: str, rows: Sequence[Row], *, annotate: bool = True
     ) -> list[tuple[Row, str | None]]:
         """The rows the user may read by ID, as ``/event`` reads them: :meth:`visible`, peeking unless
         they are joined to the room or left it now, and nothing after their leave."""
         mine = {room_id: await self.current_membership(conn, room_id, user) for room_id in {r.room_id for r in rows}}
         peeking = {room_id: m is None or m[0] not in ("join", "leave") for room_id, m in mine.items()}
         kept = [r for r in rows if not _after_leave(r, mine[r.room_id])]
-        return await self.visible(conn, user, kept, is_peeking=peeking)
+        return await self.visible(conn, user, kept, is_peeking=peeking, annotate=annotate)
 
     async def visible(
-        self, conn: AsyncConnection[Any], user: str, rows: Sequence[Row], *, is_peeking: dict[str, bool] | None = None
+        self,
+        conn: AsyncConnection[Any],
+        user: str,
+        rows: Sequence[Row],
+        *,
+        is_peeking: dict[str, bool] | None = None,
+        annotate: bool = True,
     ) -> list[tuple[Row, str | None]]:
         """The rows the user may see, in order, each with the user's membership at it; rows of any
         number of rooms, read in the same few queries.
@@ -220,23 +259,31 @@ class Reads:
         ``is_peeking`` per room; for a room not given, the user is peeking unless they are joined to it
         or left it now (an invited or banned user reads as a stranger would, as the reference's
         ``/event`` does; where a departed user's history ends is the caller's to enforce).
+        ``annotate=False``: only which rows, not the memberships (None), so the user's membership is
+        looked up only at the rows whose answer depends on it (not ``world_readable`` ones, nor
+        ``shared`` ones for a user who is not peeking).
         """
         rows = [r for r in rows if r.type not in NEVER_SHOWN]
         rows = await self._without_unheld_targets(conn, rows)
-        memberships = await self.memberships_at(conn, user, rows)
         peeking = dict(is_peeking or {})
         for room_id in {r.room_id for r in rows} - peeking.keys():
             mine = await self.current_membership(conn, room_id, user)
             peeking[room_id] = mine is None or mine[0] not in ("join", "leave")
-        shown: list[tuple[Row, str | None]] = []
-        for row, membership in zip(rows, memberships, strict=True):
-            facts = EventFacts(
-                row.type, row.state_key, row.sender, row.outlier, row.visibility, row.membership, row.prev_membership
-            )
-            verdict = check_event(user, facts, membership, is_peeking=peeking[row.room_id])
-            if verdict.visible:
-                shown.append((row, verdict.membership))
-        return shown
+        facts = [_facts(r) for r in rows]
+        verdicts: list[Verdict | None] = [None] * len(rows)
+        if not annotate:  # what the rules show whatever the user's membership at the event
+            for i, (row, fact) in enumerate(zip(rows, facts, strict=True)):
+                verdict = check_event(user, fact, None, is_peeking=peeking[row.room_id])
+                verdicts[i] = verdict if verdict.visible else None
+        asked = [i for i, v in enumerate(verdicts) if v is None]
+        found = await self.memberships_at(conn, user, [rows[i] for i in asked], whole_states=annotate)
+        for i, membership in zip(asked, found, strict=True):
+            verdicts[i] = check_event(user, facts[i], membership, is_peeking=peeking[rows[i].room_id])
+        return [
+            (row, v.membership if annotate else None)
+            for row, v in zip(rows, verdicts, strict=True)
+            if v is not None and v.visible
+        ]
 
     async def _without_unheld_targets(self, conn: AsyncConnection[Any], rows: list[Row]) -> list[Row]:
         """``rows`` without the redactions whose target is not held in their room (events-semantics §8:
@@ -249,14 +296,20 @@ class Reads:
         return [r for r in rows if r.type != REDACTION or (r.redacts, r.room_id) in held]
 
     async def format(
-        self, conn: AsyncConnection[Any], user: str, shown: Sequence[tuple[Row, str | None]]
+        self,
+        conn: AsyncConnection[Any],
+        user: str,
+        shown: Sequence[tuple[Row, str | None]],
+        *,
+        unseen: Collection[str] = (),
     ) -> list[bytes]:
         """Each event as sent to ``user``, in the client format (``factstream_events.served``): pruned if
         redacted, with ``unsigned``: ``membership`` (when given), ``age``, ``redacted_because``
         (:meth:`_redactions`) and, for a state event that replaced another, ``replaces_state``,
-        ``prev_content`` and ``prev_sender`` (:meth:`_replaced`)."""
+        ``prev_content`` and ``prev_sender`` (:meth:`_replaced`), except for the events of ``unseen``
+        (state events served that the user may not see as events: :meth:`_unseen_replacing`)."""
         because = await self._redactions(conn, user, [r.redacted_by for r, _ in shown if r.redacted_by])
-        replaced = await self._replaced(conn, [r for r, _ in shown])
+        replaced = await self._replaced(conn, [r for r, _ in shown if r.event_id not in unseen])
         now = now_ms()
         out: list[bytes] = []
         for row, membership in shown:
@@ -277,7 +330,7 @@ class Reads:
         if not event_ids:
             return {}
         found = await self.rows(conn, list(dict.fromkeys(event_ids)))
-        may_read = {r.event_id for r, _ in await self.readable(conn, user, list(found.values()))}
+        may_read = {r.event_id for r, _ in await self.readable(conn, user, list(found.values()), annotate=False)}
         out: dict[str, Any] = dict.fromkeys(event_ids, REDACTED_MARKER)
         for event_id in may_read:
             red = found[event_id]
@@ -297,9 +350,10 @@ class Reads:
         previous = {e for e in before.values() if e is not None}
         prev_rows = await self.rows(conn, list(previous)) if previous else {}
         out: dict[str, dict[str, Any]] = {}
+        rooms = {r.event_id: r.room_id for r in rows}
         for event_id, prev_id in before.items():
             prev = prev_rows.get(prev_id) if prev_id is not None and prev_id != event_id else None
-            if prev is None:
+            if prev is None or prev.room_id != rooms[event_id]:  # never another room's event
                 continue
             event = parse_event_json(prev.raw)
             if prev.redacted_by:
@@ -311,6 +365,18 @@ class Reads:
                 "prev_sender": prev.sender,
             }
         return out
+
+    async def _unseen_replacing(self, conn: AsyncConnection[Any], user: str, rows: Sequence[Row]) -> set[str]:
+        """The state events of ``rows`` that replaced another and that ``user`` may not read as events
+        (:meth:`readable`). ``/state`` serves every event of a state the user may read, also those set
+        before the user could see the room (a ``joined`` room's name, set before they joined): what such
+        an event replaced is in no state the user may read, so its ``prev_content`` is not told."""
+        before = await self._replaces_state(conn, [r for r in rows if r.state_key is not None])
+        replacing = [r for r in rows if before.get(r.event_id) not in (None, r.event_id)]
+        if not replacing:
+            return set()
+        seen = {r.event_id for r, _ in await self.readable(conn, user, replacing, annotate=False)}
+        return {r.event_id for r in replacing} - seen
 
     async def _replaces_state(self, conn: AsyncConnection[Any], rows: Sequence[Row]) -> dict[str, str | None]:
         """The event at each state event's key in the state before it (None: none; kept in a bounded
@@ -394,7 +460,7 @@ class Reads:
                     if vis is None or not await self._world_readable(conn, vis):
                         raise Forbidden(f"{user} is not in room {room_id}")
             if user is not None and at is not None and not own_leave:
-                await self.event(user, at)  # 404 unless the user may see it
+                await self.event(user, at, room_id)  # 404 unless an event of the room the user may see
         ids = await self.state_ids(room_id, at)
         async with self.host.database().autocommit() as conn:
             rows = await self.rows(conn, list(ids.values()))
@@ -405,7 +471,8 @@ class Reads:
             ]
             if user is None:
                 return await self.for_server(conn, ordered)
-            return await self.format(conn, user, [(r, None) for r in ordered])
+            unseen = await self._unseen_replacing(conn, user, ordered)
+            return await self.format(conn, user, [(r, None) for r in ordered], unseen=unseen)
 
     async def for_server(self, conn: AsyncConnection[Any], rows: Sequence[Row]) -> list[bytes]:
         """``rows`` in the federation format (``served``): the stored bytes, pruned if redacted."""

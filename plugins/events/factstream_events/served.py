@@ -9,9 +9,10 @@ Storage is lossless (each event's bytes as received); what goes out is a view of
   ``content`` (version 11), and the server's own ``unsigned``. A stored ``unsigned`` (a remote server's)
   is never served: what ``unsigned`` says is this server's. The values are the stored bytes, not
   re-encoded: the top level is split into its keys' raw values (``msgspec.Raw``) and joined again.
-* **Federation format** (the writer's routes: ``/backfill``, ``/state?server=true``): the stored bytes,
-  or, for a redacted event, its pruned form (the room version's redaction algorithm), never
-  ``unsigned``. ``raw=true`` on ``/event`` stays the one way to the stored bytes of a redacted event.
+* **Federation format** (the writer's routes: ``/backfill``, ``/state?server=true``): the stored bytes
+  less a stored ``unsigned`` (a remote server's, its other keys' values as stored), or, for a redacted
+  event, its pruned form (the room version's redaction algorithm), never ``unsigned``. ``raw=true``
+  on ``/event`` stays the one way to the stored bytes (of a redacted event, or with its ``unsigned``).
 """
 
 from __future__ import annotations
@@ -97,5 +98,13 @@ def pruned_json(raw: bytes, room_version: str) -> bytes:
 
 
 def federation_event(raw: bytes, room_version: str, *, redacted: bool) -> bytes:
-    """The federation format: the stored bytes, or their pruned form for a redacted event."""
-    return pruned_json(raw, room_version) if redacted else raw
+    """The federation format: the stored bytes less a stored ``unsigned`` (a remote server's: its
+    ``transaction_id``, ``age_ts``, ``invite_room_state`` are not this server's to pass on; it is
+    outside the hashes and signatures, so the event stays valid), or the pruned form of a redacted event."""
+    if redacted:
+        return pruned_json(raw, room_version)
+    fields = _top_level.decode(raw)  # the key may be spelled with escapes: decoded, not searched for
+    if "unsigned" not in fields:
+        return raw
+    parts = [_encode(key) + b":" + value for key, value in fields.items() if key != "unsigned"]
+    return b"{" + b",".join(parts) + b"}"
