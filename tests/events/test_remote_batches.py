@@ -337,3 +337,11 @@ async def redaction_case(main: Host, client: Clients, version: str) -> None:
             continue
         served = (await client(BOB).get(f"/rooms/{room_id}/event/{event_id}")).json()
         assert ("body" in served["content"]) == (redacted_by is None), (version, event_id, served)
+
+
+async def test_an_empty_batch_stores_nothing_and_needs_no_room_version(main: Host, client: Clients) -> None:
+    """An empty batch is a no-op for a room held or not: nothing to version, nothing stored."""
+    before = await table_counts(main)
+    for room_id in ("!never:elsewhere", "!never2:elsewhere"):
+        assert await ok(client, room_id, []) == {"stored": [], "already_stored": []}
+    assert await table_counts(main) == before

@@ -151,7 +151,7 @@ async def test_on_rows_streams_keeps_other_streams_rows_from_a_plugin(plugin_ins
     ids = await _write(main, ["@n1:hs", "@n2:hs"])
     store = main.api.state(EventsStore)
     room = await store.create_room("@alice:hs")
-    await store.send(room, "@alice:hs", "m.room.message", {"body": "hello"})
+    await store.send(room, "@alice:hs", "m.room.message", {"msgtype": "m.text", "body": "hello"})
     await until(
         lambda: (
             {(h, s) for h, s, _ in curious.seen} >= {(i, s) for i in ("main", "worker1") for s in ("notes", "events")}

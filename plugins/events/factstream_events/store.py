@@ -430,6 +430,8 @@ class EventsStore:
             except UnknownRoomVersion as exc:
                 raise InvalidEvent(f"room_version: {exc}") from None
         parsed = [_parse_remote(i, item) for i, item in enumerate(events)]
+        if not parsed:  # nothing to store: no version needed, nothing held changes
+            return Persisted([], [], {})
         version = await self._batch_version(room_id, [event for event, _ in parsed], room_version)
         batch: list[NewEvent] = []
         for i, ((event, fields), item) in enumerate(zip(parsed, events, strict=True)):
