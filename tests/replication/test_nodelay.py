@@ -9,8 +9,10 @@ import socket
 
 from factstream.replication.resp import RedisAddress, RespClient
 from factstream.replication.tcp import TcpClient, TcpServer
+from factstream.replication.tcp_connection import CLOSE_TIMEOUT
 from factstream.sockets import nodelay, set_nodelay
 from factstream.testing.processes import TcpProxy
+from tests.replication.test_replication import append_notes
 
 
 async def test_both_ends_of_a_replication_tcp_link_set_nodelay(host_cluster):
@@ -66,3 +68,19 @@ def test_set_nodelay_leaves_other_sockets_alone(tmp_path):
         assert nodelay(tcp) is False
         assert set_nodelay(tcp) is True
         assert nodelay(tcp) is True
+
+
+async def test_main_stops_in_bounded_time_beside_a_peer_that_stopped_reading(host_cluster):
+    """A peer that asked for rows and never reads them leaves the server's buffer full: closing must
+    drop the connection after ``CLOSE_TIMEOUT`` rather than wait for the buffer to drain for ever."""
+    main = await host_cluster("main")
+    _reader, writer = await asyncio.open_connection("127.0.0.1", main.transport.endpoint.port)
+    writer.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    writer.write(b"NAME stalled\nREPLICATE\n")
+    await writer.drain()
+    await append_notes(main, 20_000, author="x" * 200)  # far more than the socket buffers hold
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.wait_for(main.stop(), CLOSE_TIMEOUT + 20)
+    assert loop.time() - started < CLOSE_TIMEOUT + 10
+    writer.transport.abort()

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from factstream.replication import wire
 from factstream.replication.auth import ReplicationSecret
 from factstream.replication.tcp_connection import (
+    CLOSE_TIMEOUT,
     DEFAULT_MAX_LINE,
     DEFAULT_MAX_QUEUE,
     Capacity,
@@ -151,7 +152,8 @@ class TcpServer:
                 await task
         if self._server is not None:
             with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+                async with asyncio.timeout(CLOSE_TIMEOUT):  # it waits for every connection to be gone
+                    await self._server.wait_closed()
 
 
 class TcpClient:

@@ -40,6 +40,8 @@ READ_CHUNK = 256 * 1024
 WRITE_CHUNK = 256 * 1024
 #: Seconds a server waits for a client to authenticate (with a secret) before closing the link.
 AUTH_TIMEOUT = 10.0
+#: How long closing a connection waits for its buffered output to leave before dropping it.
+CLOSE_TIMEOUT = 5.0
 
 
 class Capacity(Protocol):
@@ -216,7 +218,12 @@ class TcpConnection:
                             pass
             with contextlib.suppress(Exception):
                 self.writer.close()
-                await self.writer.wait_closed()
+                # bounded: a transport closes once its buffer is flushed, which a peer that stopped
+                # reading never lets happen; after that the connection is dropped
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await self.writer.wait_closed()
+            if not self.writer.transport.is_closing() or self.writer.transport.get_write_buffer_size():
+                self.writer.transport.abort()
 
     async def _read_loop(self) -> None:
         # Lines are split out of large reads here rather than read one ``readuntil`` at a time: a
