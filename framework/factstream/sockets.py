@@ -20,14 +20,22 @@ from typing import Any
 _TCP_FAMILIES = frozenset({socket.AF_INET, socket.AF_INET6})
 
 
+def _tcp_socket(target: asyncio.BaseTransport | socket.socket | Any) -> Any:
+    """The TCP socket of ``target`` (a socket, or an asyncio transport's), or None for any other."""
+    sock = target.get_extra_info("socket") if isinstance(target, asyncio.BaseTransport) else target
+    if sock is None or sock.family not in _TCP_FAMILIES or sock.type != socket.SOCK_STREAM:
+        return None
+    return sock
+
+
 def set_nodelay(target: asyncio.BaseTransport | socket.socket | Any) -> bool:
     """Turn Nagle's algorithm off on a TCP socket or the socket of an asyncio transport.
 
     Returns whether the option was set: ``False`` for a Unix socket, a transport without a socket (an
     in-memory test transport) or a socket already closed.
     """
-    sock = target.get_extra_info("socket") if isinstance(target, asyncio.BaseTransport) else target
-    if sock is None or sock.family not in _TCP_FAMILIES or sock.type != socket.SOCK_STREAM:
+    sock = _tcp_socket(target)
+    if sock is None:
         return False
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -38,7 +46,7 @@ def set_nodelay(target: asyncio.BaseTransport | socket.socket | Any) -> bool:
 
 def nodelay(target: asyncio.BaseTransport | socket.socket | Any) -> bool:
     """Whether TCP_NODELAY is set on a socket or a transport's socket (``False`` for non-TCP ones)."""
-    sock = target.get_extra_info("socket") if isinstance(target, asyncio.BaseTransport) else target
-    if sock is None or sock.family not in _TCP_FAMILIES:
+    sock = _tcp_socket(target)
+    if sock is None:
         return False
     return bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
