@@ -122,7 +122,9 @@ def _level(value: object, where: str) -> None:
         raise BadEvent(f"{where}: must be an integer from -(2**53)+1 to 2**53-1 (a power level), not {_kind(value)}")
 
 
-def _power_levels(content: Mapping[str, Any], where: str, room_version: str) -> None:
+def check_power_levels(content: Mapping[str, Any], where: str = "") -> None:
+    """:class:`BadEvent` naming the first field of a power-levels ``content`` that is not a level (an
+    integer in canonical JSON's range), an object of levels, or (``users``) keyed by user IDs."""
     for name in LEVELS:
         if name in content:
             _level(content[name], f"{where}{name}")
@@ -152,7 +154,7 @@ def _kind(value: object) -> str:
 
 _CHECKS: dict[str, Callable[[Mapping[str, Any], str, str], None]] = {
     MEMBER: _member,
-    POWER_LEVELS: _power_levels,
+    POWER_LEVELS: lambda c, w, v: check_power_levels(c, w),
     JOIN_RULES: lambda c, w, v: _one_of(c, w, "join_rule", join_rules_of(v)),
     HISTORY_VISIBILITY: lambda c, w, v: _one_of(c, w, "history_visibility", HISTORY_VISIBILITIES),
     NAME: lambda c, w, v: _strings(c, w, "name"),

@@ -31,7 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from factstream_events.validate import CREATE, MEMBER, POWER_LEVELS, REDACTION
+from factstream_events.contentrules import LEVEL_MAPS, check_power_levels
+from factstream_events.validate import CREATE, MEMBER, POWER_LEVELS, REDACTION, BadEvent
 
 
 @dataclass(frozen=True)
@@ -87,25 +88,23 @@ def user_level(facts: RoomFacts, user: str) -> int:
         return 100 if user == facts.creator else 0
     users = pl.get("users")
     written = _written(users.get(user)) if isinstance(users, dict) else None
-    return _int(pl.get("users_default"), 0) if written is None else written
+    return needed(facts, "users_default") if written is None else written
 
 
 #: The top-level levels of a power-levels event and their values when the event leaves them out.
 LEVEL_DEFAULTS = dict(users_default=0, events_default=0, state_default=50, ban=50, kick=50, redact=50, invite=0)
 #: The levels in force without a power-levels event.
 WITHOUT_POWER_LEVELS = {**LEVEL_DEFAULTS, "state_default": 0}
-#: The objects of a power-levels event that map a name (user, event type, notification) to a level.
-LEVEL_MAPS = ("users", "events", "notifications")
 #: The notification levels the specification gives a default (``@room`` mentions).
 NOTIFICATION_DEFAULTS = {"room": 50}
 
 
-def needed(facts: RoomFacts, key: str, default: int) -> int:
-    """The level action ``key`` needs (``kick``, ``state_default`` ...)."""
+def needed(facts: RoomFacts, key: str) -> int:
+    """The level action ``key`` needs (``kick``, ``state_default`` ...): as written, else its default."""
     pl = facts.power_levels
     if pl is None:
         return WITHOUT_POWER_LEVELS[key]
-    return _int(pl.get(key), default)
+    return _int(pl.get(key), LEVEL_DEFAULTS[key])
 
 
 def event_level(facts: RoomFacts, event_type: str, is_state: bool) -> int:
@@ -115,8 +114,8 @@ def event_level(facts: RoomFacts, event_type: str, is_state: bool) -> int:
     if written is not None:
         return written
     if is_state:
-        return needed(facts, "state_default", 50)
-    return needed(facts, "events_default", 0)
+        return needed(facts, "state_default")
+    return needed(facts, "events_default")
 
 
 def check(event: Mapping[str, Any], facts: RoomFacts) -> str | None:
@@ -156,7 +155,7 @@ def _check_redaction(sender: str, level: int, facts: RoomFacts) -> str | None:
         return "the room's create event cannot be redacted"
     if redacted is not None and redacted[0] == sender:
         return None
-    need = needed(facts, "redact", 50)
+    need = needed(facts, "redact")
     return None if level >= need else f"{sender} may not redact others' events (power level {level} < {need})"
 
 
@@ -182,11 +181,11 @@ def _check_membership(sender: str, target: str, membership: object, facts: RoomF
     if membership == "invite":
         if theirs in {"join", "ban"}:
             return f"{target} is {'already in' if theirs == 'join' else 'banned from'} the room"
-        need = needed(facts, "invite", 0)
+        need = needed(facts, "invite")
         return None if level >= need else f"{sender} may not invite (power level {level} < {need})"
     if membership == "leave":
         if theirs == "ban":
-            return _outranks(sender, level, "unban", target, target_level, needed(facts, "ban", 50), facts)
+            return _outranks(sender, level, "unban", target, target_level, needed(facts, "ban"), facts)
         if theirs not in {"join", "invite", "knock"}:
             return f"{target} is not in the room"
         return _outranks(sender, level, "kick", target, target_level, None, facts)
@@ -200,7 +199,7 @@ def _outranks(
 ) -> str | None:
     """Kicking, banning and unbanning: the action's level (unbanning: ``ban``, then ``kick``) and a
     level above the target's."""
-    need = needed(facts, "ban" if action == "ban" else "kick", 50)
+    need = needed(facts, "ban" if action == "ban" else "kick")
     if ban is not None and level < ban:
         return f"{sender} may not unban {target} (power level {level} < ban level {ban})"
     if level < need or level <= target_level:
@@ -262,22 +261,6 @@ class Levels:
         return (self.in_force(slot),)
 
 
-def invalid_levels(content: Mapping[str, Any]) -> str | None:
-    """Why a new power-levels content cannot be judged (a level that is not an integer, a map that is
-    not an object), or None."""
-    for name in LEVEL_DEFAULTS:
-        if name in content and (isinstance(content[name], bool) or not isinstance(content[name], int)):
-            return f"power levels: {name} must be an integer, not {content[name]!r:.40}"
-    for group in LEVEL_MAPS:
-        entries = content.get(group, {})
-        if not isinstance(entries, dict):
-            return f"power levels: {group} must be an object of levels, not {entries!r:.40}"
-        for name, value in entries.items():
-            if isinstance(value, bool) or not isinstance(value, int):
-                return f"power levels: {group}[{name!r}] must be an integer, not {value!r:.40}"
-    return None
-
-
 def _slot_name(slot: Slot) -> str:
     group, name = slot
     return name if group == "" else f"{group}[{name!r}]"
@@ -307,9 +290,10 @@ def power_levels_change(sender: str, facts: RoomFacts, content: Mapping[str, Any
     above ``own``, writing a level for an event type (or ``notifications.room``) whose default is above
     ``own``, changing a user who has no entry but is at or above ``own`` by ``users_default``.
     """
-    reason = invalid_levels(content)
-    if reason is not None:
-        return reason
+    try:
+        check_power_levels(content, "power levels: ")  # levels it can compare, as the content rules say
+    except BadEvent as exc:
+        return str(exc)
     own = user_level(facts, sender)
     old = Levels.of(facts.power_levels, facts.creator)
     new = Levels.of(content, None)
