@@ -251,6 +251,19 @@ class StateStore:
         if not missing:
             return out
         self.loads += len(missing)
+        links, held = await self._walked(conn, missing)
+        # Lowest position first: a group asked for that is an ancestor of another is replayed (and held)
+        # before it, never found already held by its own replay.
+        for gid in sorted(missing, key=lambda g: links[g][1]):
+            out[gid] = self._replay(gid, missing[gid], links, held)
+        return out
+
+    async def _walked(
+        self, conn: AsyncConnection[Any], missing: Mapping[int, str]
+    ) -> tuple[dict[int, tuple[int | None, int, bytes, bytes]], dict[int, Group]]:
+        """The base walks of the groups of ``missing`` (group ID -> the room asking for it) in one query,
+        stopping at the groups held of those rooms: their links and the held groups met.
+        :class:`StateGroupError` for a group that does not exist or is not of the room asking for it."""
         stop = [g for room_id in set(missing.values()) for g in self._by_room.get(room_id, ())]
         rows = await _walk(conn, list(missing), stop)
         links, held = self._links_of(rows)
@@ -264,11 +277,7 @@ class StateStore:
             if gid not in links:
                 raise StateGroupError(f"state group {gid} of {room_id} does not exist")
             _check_room(gid, rooms[gid], room_id)
-        # Lowest position first: a group asked for that is an ancestor of another is replayed (and held)
-        # before it, never found already held by its own replay.
-        for gid in sorted(missing, key=lambda g: links[g][1]):
-            out[gid] = self._replay(gid, missing[gid], links, held)
-        return out
+        return links, held
 
     async def parents(self, conn: AsyncConnection[Any], group_ids: Iterable[int]) -> dict[int, int | None]:
         """The parent of each group (the state it changed: for a state event's own group, the state
@@ -286,20 +295,16 @@ class StateStore:
         """
         out: list[str | None] = [None] * len(asks)
         pending: list[int] = []
-        for i, (_, gid, event_type, state_key) in enumerate(asks):
+        for i, (room_id, gid, event_type, state_key) in enumerate(asks):
             hit = self.cached(gid)
             if hit is not None:
+                _check_room(gid, hit.room_id, room_id)
                 out[i] = hit.state.get(event_type, {}).get(state_key)
             else:
                 pending.append(i)
         if not pending:
             return out
-        ids = list({asks[i][1] for i in pending})
-        stop = [g for room_id in {asks[i][0] for i in pending} for g in self._by_room.get(room_id, ())]
-        links, held = self._links_of(await _walk(conn, ids, stop))
-        if held is None:  # a group the walk stopped at was evicted meanwhile: walk to the empty state
-            links, held = self._links_of(await _walk(conn, ids, []))
-            assert held is not None
+        links, held = await self._walked(conn, {asks[i][1]: asks[i][0] for i in pending})
         deltas = {gid: decode_delta(link[3]) for gid, link in links.items()}
         wanted = {(asks[i][2], asks[i][3]) for i in pending}
         lowest = _lowest_positions(links, deltas, held, wanted)
