@@ -127,6 +127,13 @@ def _facts(row: Row) -> EventFacts:
     )
 
 
+def _peeking(mine: tuple[str, int, int, str] | None) -> bool:
+    """Whether a user whose current membership is ``mine`` reads the room as a stranger: unless they are
+    joined to it or left it (an invited, banned or knocking user reads as a stranger, as the reference's
+    ``/event`` does)."""
+    return mine is None or mine[0] not in ("join", "leave")
+
+
 def _after_leave(row: Row, mine: tuple[str, int, int, str] | None) -> bool:
     """Whether ``row`` comes after the user's leave (``mine``: their current membership), in the
     room's ``(topological, stream)`` order: nothing after it is theirs to read."""
@@ -240,7 +247,7 @@ class Reads:
         """The rows the user may read by ID, as ``/event`` reads them: :meth:`visible`, peeking unless
         they are joined to the room or left it now, and nothing after their leave."""
         mine = {room_id: await self.current_membership(conn, room_id, user) for room_id in {r.room_id for r in rows}}
-        peeking = {room_id: m is None or m[0] not in ("join", "leave") for room_id, m in mine.items()}
+        peeking = {room_id: _peeking(m) for room_id, m in mine.items()}
         kept = [r for r in rows if not _after_leave(r, mine[r.room_id])]
         return await self.visible(conn, user, kept, is_peeking=peeking, annotate=annotate)
 
@@ -267,8 +274,7 @@ class Reads:
         rows = await self._without_unheld_targets(conn, rows)
         peeking = dict(is_peeking or {})
         for room_id in {r.room_id for r in rows} - peeking.keys():
-            mine = await self.current_membership(conn, room_id, user)
-            peeking[room_id] = mine is None or mine[0] not in ("join", "leave")
+            peeking[room_id] = _peeking(await self.current_membership(conn, room_id, user))
         facts = [_facts(r) for r in rows]
         verdicts: list[Verdict | None] = [None] * len(rows)
         if not annotate:  # what the rules show whatever the user's membership at the event

@@ -270,8 +270,7 @@ async def get_messages(request: Request, host: HostApi) -> Response:
         from_token=q.get("from"),
         to_token=q.get("to"),
         direction="b" if direction == "b" else "f",
-        # as the reference: any larger limit reads the largest page
-        limit=min(_number(request, "limit", DEFAULT_PAGE, huge=MAX_PAGE), MAX_PAGE),
+        limit=_number(request, "limit", DEFAULT_PAGE, huge=MAX_PAGE),  # Reads.messages clamps to MAX_PAGE
     )
     head = msgspec.json.encode({"start": page.start, **({"end": page.end} if page.end else {})})
     return json_response(head[:-1] + b',"chunk":[' + b",".join(page.chunk) + b"]}")

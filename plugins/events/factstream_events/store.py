@@ -60,7 +60,6 @@ PRESETS = {"private_chat": "invite", "public_chat": "public", "trusted_private_c
 
 _CONTENTS = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)s)"
 _TARGET = "SELECT sender, type, room_id FROM events WHERE event_id = %(event_id)s"
-_JSON = "SELECT json FROM event_json WHERE event_id = %(event_id)s"
 #: A part of the batch's statement: a concurrent request under the same ID violates :data:`_TXN_KEY`.
 _CLAIM_TXN = """
 INSERT INTO event_txn_ids (user_id, txn_id, request_hash, event_id, inserted_ts)
@@ -183,9 +182,8 @@ class EventsStore:
             return creator_of(made.event, room_version)
         hit = self._creators.get((create_id,))
         if hit is None:
-            cur = await conn.execute(_JSON, {"event_id": create_id})
-            row = await cur.fetchone()
-            hit = (creator_of(parse_event_json(bytes(row[0])), room_version) if row else None,)
+            row = (await self.reads.rows(conn, [create_id])).get(create_id)
+            hit = (creator_of(parse_event_json(row.raw), room_version) if row else None,)
             self._creators.set((create_id,), hit)
         return hit[0]
 
