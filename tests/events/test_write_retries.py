@@ -45,7 +45,7 @@ async def test_a_local_batch_meeting_a_held_event_is_persisted_again_and_stores_
     writer = main.api.stream(STREAM, EventsRow)
     token = writer.current_token()
 
-    async def build(conn, view, current):
+    async def build(room):
         return [held]
 
     outcome = await store.persister.persist_local(room, build)
@@ -127,7 +127,7 @@ async def test_a_local_event_redacted_before_it_arrives_is_redacted_by_its_inser
     raw = json.dumps(target[0]).encode()
     new = NewEvent(target[1], raw, target[0], check_event(target[0]))
 
-    async def build(conn, view, current):
+    async def build(room):
         return [new]
 
     outcome = await store_of(main).persister.persist_local(room_id, build)

@@ -2,19 +2,18 @@
 
 Writes (on a writer of the ``events`` stream):
 
-* local events, which this server creates: :meth:`EventsStore.create_room`, :meth:`send`,
-  :meth:`change_membership`, :meth:`redact`. The server picks ``prev_events`` (the
-  room's forward extremities, at most :data:`MAX_PREV_EVENTS` of the deepest), ``depth`` (one more than
-  the deepest of them), ``origin_server_ts`` and the event ID (``factstream_events.eventid``:
-  ``local_event_id``), and the local policy (the ``check_local_event`` hook, by default
-  ``factstream_events.policy``) must allow each event against the room's current state;
+* local events, which this server creates (``factstream_events.create``): :meth:`EventsStore.create_room`,
+  :meth:`send` (idempotent per transaction ID), :meth:`change_membership`, :meth:`redact`;
 * remote events, stored as received: :meth:`persist_remote`.
+
+Both end in ``factstream_events.persist``, under the room's lock.
 
 Reads (any process): see ``factstream_events.reads`` (:attr:`EventsStore.reads`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import secrets
@@ -23,19 +22,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import AsyncConnection
 
 from factstream import HostApi, LruCache
-from factstream_events.canonical import CanonicalJsonError, EventJsonError, canonical_json, parse_event_json
-from factstream_events.contentrules import HISTORY_VISIBILITIES, check_local_content
-from factstream_events.errors import EventConflict, Forbidden, InvalidEvent, UnknownEvent, UnknownRoom
-from factstream_events.eventid import EventIdError, content_hash, event_id_for, is_valid_event_id
-from factstream_events.persist import NewEvent, Persisted, Persister, RoomView, now_ms
-from factstream_events.policy import LEVEL_DEFAULTS, RoomFacts, creator_of
+from factstream_events.batch import NewEvent, Persisted, now_ms
+from factstream_events.canonical import CanonicalJsonError, EventJsonError, parse_event_json
+from factstream_events.contentrules import HISTORY_VISIBILITIES
+from factstream_events.create import MAX_SAFE_INTEGER, Draft, EventCreator
+from factstream_events.errors import EventConflict, InvalidEvent, UnknownEvent, UnknownRoom
+from factstream_events.eventid import EventIdError, event_id_for, is_valid_event_id
+from factstream_events.persist import Origin, Persister
+from factstream_events.policy import LEVEL_DEFAULTS, RoomFacts
 from factstream_events.prune import KNOWN_ROOM_VERSIONS, UnknownRoomVersion, check_room_version
 from factstream_events.reads import Reads
-from factstream_events.statemath import State, apply_delta, default_resolve
-from factstream_events.statestore import Group, StateStore
+from factstream_events.statemath import State, default_resolve
+from factstream_events.statestore import StateStore
 from factstream_events.timeline import Timeline
 from factstream_events.validate import (
     CREATE,
@@ -52,14 +52,9 @@ from factstream_events.validate import (
 
 #: Room versions whose events may hold integers beyond canonical JSON's range (before version 6).
 LOOSE_JSON_VERSIONS = frozenset({"1", "2", "3", "4", "5"})
-MAX_SAFE_INTEGER = 2**53 - 1
-#: A local event follows at most this many of the room's deepest forward extremities.
-MAX_PREV_EVENTS = 10
 DEFAULT_ROOM_VERSION = "10"
 PRESETS = {"private_chat": "invite", "public_chat": "public", "trusted_private_chat": "invite"}
 
-_CONTENTS = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)s)"
-_TARGET = "SELECT sender, type, room_id FROM events WHERE event_id = %(event_id)s"
 #: A part of the batch's statement: a concurrent request under the same ID violates :data:`_TXN_KEY`.
 _CLAIM_TXN = """
 INSERT INTO event_txn_ids (user_id, txn_id, request_hash, event_id, inserted_ts)
@@ -67,19 +62,6 @@ VALUES (%(user_id)s, %(txn_id)s, %(hash)s, %(event_id)s, %(ts)s)
 """
 _TXN_KEY = "event_txn_ids_pkey"
 _EARLIER_TXN = "SELECT request_hash, event_id FROM event_txn_ids WHERE user_id = %(user_id)s AND txn_id = %(txn_id)s"
-
-
-@dataclass(frozen=True, slots=True)
-class Draft:
-    """A local event before the server completes it."""
-
-    type: str
-    sender: str
-    content: Mapping[str, Any]
-    state_key: str | None = None
-    redacts: str | None = None
-    #: Where the event came from in the request, a prefix of the field names in refusals (``initial_state[2].``).
-    where: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +91,7 @@ class EventsStore:
         self._contents: LruCache[Mapping[str, Any]] = LruCache("events_state_contents", 100_000)
         #: The creator each create event names, by its ID (immutable): ``(creator or None,)``.
         self._creators: LruCache[tuple[str | None]] = LruCache("events_room_creators", 100_000)
+        self.creator = EventCreator(self.reads, self._policy, self._contents, self._creators)
 
     # -- hooks -------------------------------------------------------------------------------------
 
@@ -122,71 +105,6 @@ class EventsStore:
             return None
         return answer if isinstance(answer, str) and answer else "the local policy refused the event"
 
-    # -- contents of state events (immutable, cached) ------------------------------------------------
-
-    async def contents(self, conn: AsyncConnection[Any], event_ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
-        """The ``content`` of each held event of ``event_ids``."""
-        out: dict[str, Mapping[str, Any]] = {}
-        missing: list[str] = []
-        for event_id in event_ids:
-            hit = self._contents.get((event_id,))
-            if hit is None:
-                missing.append(event_id)
-            else:
-                out[event_id] = hit
-        if missing:
-            cur = await conn.execute(_CONTENTS, {"ids": missing})
-            for event_id, raw in await cur.fetchall():
-                content = parse_event_json(bytes(raw)).get("content")
-                out[str(event_id)] = content if isinstance(content, dict) else {}
-                self._contents.set((str(event_id),), out[str(event_id)])
-        return out
-
-    async def _facts(
-        self,
-        conn: AsyncConnection[Any],
-        state: State,
-        users: Sequence[str],
-        batch: Mapping[str, NewEvent],
-        exists: bool,
-        room_version: str,
-    ) -> RoomFacts:
-        wanted = {
-            k: state.get(t, {}).get(s)
-            for k, (t, s) in {"create": (CREATE, ""), "pl": (POWER_LEVELS, ""), "jr": (JOIN_RULES, "")}.items()
-        }
-        members = {u: state.get(MEMBER, {}).get(u) for u in users}
-        ids = [e for e in [wanted["pl"], wanted["jr"], *members.values()] if e is not None]
-        contents = {e: batch[e].fields.content for e in ids if e in batch}
-        contents.update(await self.contents(conn, [e for e in ids if e not in contents]))
-        creator = None
-        if wanted["create"] is not None:
-            creator = await self._creator(conn, wanted["create"], batch, room_version)
-        jr = contents.get(wanted["jr"], {}) if wanted["jr"] else {}
-        return RoomFacts(
-            exists=exists,
-            creator=creator,
-            power_levels=contents.get(wanted["pl"]) if wanted["pl"] else None,
-            join_rule=str(jr.get("join_rule", "invite")),
-            memberships={
-                u: str(contents.get(e, {}).get("membership", "leave")) for u, e in members.items() if e is not None
-            },
-        )
-
-    async def _creator(
-        self, conn: AsyncConnection[Any], create_id: str, batch: Mapping[str, NewEvent], room_version: str
-    ) -> str | None:
-        """The creator the create event ``create_id`` names (``policy.creator_of``)."""
-        made = batch.get(create_id)
-        if made is not None:
-            return creator_of(made.event, room_version)
-        hit = self._creators.get((create_id,))
-        if hit is None:
-            row = (await self.reads.rows(conn, [create_id])).get(create_id)
-            hit = (creator_of(parse_event_json(row.raw), room_version) if row else None,)
-            self._creators.set((create_id,), hit)
-        return hit[0]
-
     # -- local writes ------------------------------------------------------------------------------
 
     async def _local(
@@ -197,7 +115,7 @@ class EventsStore:
         new_room_version: str | None = None,
         txn: tuple[str, str, str] | None = None,
     ) -> list[str]:
-        """Complete, check and persist ``drafts`` in order; their event IDs.
+        """Complete, check and persist ``drafts`` in order (``create``); their event IDs.
 
         ``txn``: ``(user, txn_id, request hash)`` for an idempotent send: a retry gets the first
         event's ID back; another request under the same pair is refused (409).
@@ -206,76 +124,12 @@ class EventsStore:
             earlier = await self._earlier_txn(txn)
             if earlier is not None:
                 return [earlier]
-
-        async def build(conn: AsyncConnection[Any], view: RoomView | None, current: Group | None) -> list[NewEvent]:
-            version = view.room_version if view is not None else str(new_room_version)
-            state: State = current.state if current is not None else {}
-            if view is not None and view.extremities:
-                deepest = sorted(view.extremities.items(), key=lambda kv: (-kv[1][0], -kv[1][1]))[:MAX_PREV_EVENTS]
-                prev = [eid for eid, _ in deepest]
-                # capped, as the reference caps it: a remote event at the largest depth must not freeze the room
-                depth = min(max(d for _, (d, _, _) in deepest) + 1, MAX_SAFE_INTEGER)
-            else:
-                prev, depth = [], 1
-            made: dict[str, NewEvent] = {}
-            out: list[NewEvent] = []
-            exists = view is not None
-            for draft in drafts:
-                event: dict[str, Any] = {
-                    "room_id": room_id,
-                    "type": draft.type,
-                    "sender": draft.sender,
-                    "content": dict(draft.content),
-                    "origin_server_ts": now_ms(),
-                    "prev_events": list(prev),
-                    "depth": depth,
-                    "auth_events": self._auth_events(state, draft),
-                }
-                if draft.state_key is not None:
-                    event["state_key"] = draft.state_key
-                if draft.redacts is not None:
-                    event["redacts"] = draft.redacts
-                    if version == "11":
-                        event["content"]["redacts"] = draft.redacts
-                try:
-                    check_local_content(event, version, draft.where)
-                except BadEvent as exc:
-                    raise InvalidEvent(str(exc)) from None
-                users = [draft.sender] + ([draft.state_key] if draft.type == MEMBER and draft.state_key else [])
-                facts = await self._facts(conn, state, users, made, exists, version)
-                if draft.redacts is not None:
-                    facts = await self._with_target(conn, facts, room_id, draft.redacts)
-                reason = await self._policy(room_id, event, state, facts)
-                if reason is not None:
-                    raise Forbidden(reason)
-                new = _sealed(event, version)
-                event_id = new.event_id
-                made[event_id] = new
-                out.append(new)
-                if draft.state_key is not None:
-                    state = apply_delta(state, {draft.type: {draft.state_key: event_id}})
-                exists = True
-                prev, depth = [event_id], min(depth + 1, MAX_SAFE_INTEGER)
-            return out
-
-        def claim(stored: Sequence[str]) -> tuple[str, Mapping[str, Any]] | None:
-            """The transaction ID's claim, written with the events (a concurrent claim fails the batch)."""
-            if txn is None or not stored:
-                return None
-            user, txn_id, digest = txn
-            return _CLAIM_TXN, {
-                "user_id": user,
-                "txn_id": txn_id,
-                "hash": digest,
-                "event_id": stored[0],
-                "ts": now_ms(),
-            }
-
+        build = functools.partial(self.creator.build, drafts=drafts)
+        claim = functools.partial(_claim, txn) if txn is not None else None
         try:
             try:
-                outcome = await self.persister.persist_local(
-                    room_id, build, new_room_version=new_room_version, also=claim
-                )
+                async with self.persister.room(room_id) as room:
+                    outcome = await room.persist_local(build, new_room_version=new_room_version, also=claim)
             except psycopg.errors.UniqueViolation as exc:
                 if txn is None or exc.diag.constraint_name != _TXN_KEY:
                     raise
@@ -296,32 +150,6 @@ class EventsStore:
         if rows[0][0] != digest:
             raise EventConflict(f"transaction ID {txn_id!r} was already used by {user} for a different request")
         return str(rows[0][1])
-
-    async def _with_target(self, conn: AsyncConnection[Any], facts: RoomFacts, room_id: str, target: str) -> RoomFacts:
-        cur = await conn.execute(_TARGET, {"event_id": target})
-        row = await cur.fetchone()
-        if row is None:
-            return facts
-        if row[2] != room_id:
-            raise InvalidEvent(f"redacts: event {target} is in another room, not {room_id}")
-        return RoomFacts(
-            facts.exists,
-            facts.creator,
-            facts.power_levels,
-            facts.join_rule,
-            facts.memberships,
-            (str(row[0]), str(row[1])),
-        )
-
-    @staticmethod
-    def _auth_events(state: State, draft: Draft) -> list[str]:
-        """The auth events Matrix selects: create, power levels, the sender's membership, and for a
-        membership event the target's and the join rules."""
-        keys = [(CREATE, ""), (POWER_LEVELS, ""), (MEMBER, draft.sender)]
-        if draft.type == MEMBER and draft.state_key is not None:
-            keys += [(MEMBER, draft.state_key), (JOIN_RULES, "")]
-        found = [state.get(t, {}).get(k) for t, k in keys]
-        return list(dict.fromkeys(e for e in found if e is not None))
 
     async def create_room(
         self,
@@ -448,7 +276,8 @@ class EventsStore:
             except (EventIdError, UnknownRoomVersion, CanonicalJsonError) as exc:
                 raise InvalidEvent(f"{where}.event_id: {exc}") from None
             batch.append(NewEvent(computed, item.raw, event, fields, item.outlier))
-        return await self.persister.persist(room_id, batch, backfill=backfill, room_version=version)
+        origin = Origin.BACKFILL if backfill else Origin.REMOTE
+        return await self.persister.persist(room_id, batch, origin=origin, room_version=version)
 
     async def _batch_version(self, room_id: str, events: Sequence[Mapping[str, Any]], given: str | None) -> str:
         """The version of a remote batch's room: the held room's, else its create event's (anywhere in the
@@ -492,20 +321,12 @@ def _create_version(event: Mapping[str, Any]) -> str | None:
     return str(content.get("room_version", "1")) if isinstance(content, dict) else "1"
 
 
-def _sealed(event: dict[str, Any], room_version: str) -> NewEvent:
-    """A local event, complete and checked: its hashes, ID and canonical bytes (400s naming the field)."""
-    try:
-        event["hashes"] = {"sha256": content_hash(event)}
-        event_id = event_id_for(event, room_version)
-        raw = canonical_json(event)
-    except CanonicalJsonError as exc:  # a float or an integer beyond 2**53 in the content
-        raise InvalidEvent(f"content: {exc}") from None
-    if len(raw) > MAX_EVENT_BYTES:
-        raise InvalidEvent(f"the event is {len(raw)} bytes of JSON; at most {MAX_EVENT_BYTES} are allowed")
-    try:
-        return NewEvent(event_id, raw, event, check_event(event))
-    except BadEvent as exc:
-        raise InvalidEvent(str(exc)) from None
+def _claim(txn: tuple[str, str, str], stored: Sequence[str]) -> tuple[str, Mapping[str, Any]] | None:
+    """The transaction ID's claim, written with the events (a concurrent claim fails the batch)."""
+    if not stored:
+        return None
+    user, txn_id, digest = txn
+    return _CLAIM_TXN, {"user_id": user, "txn_id": txn_id, "hash": digest, "event_id": stored[0], "ts": now_ms()}
 
 
 def _remote_event_id(event: Mapping[str, Any], room_version: str, given: str | None) -> str:
