@@ -348,9 +348,8 @@ class LockedRoom:
         await refuse_another_create(room.conn, room.room_id, batch, sorted_out.todo, room.held_before)
         ordered = batch_order(sorted_out.todo)
         groups = StatePlan(room.room_id) if attempt.plan_groups else None
-        plan = await self._p.planner.plan(
-            room, replace(sorted_out, todo=ordered), held, children, backfill=origin is Origin.BACKFILL, groups=groups
-        )
+        backfill = origin is Origin.BACKFILL
+        plan = await self._p.planner.plan(room, ordered, sorted_out.deoutliered, held, children, backfill, groups)
         plan, ids = await self._reserve(room, plan, origin)
         await self._write(room, plan, ordered, origin, attempt, groups, ids, also)
         self._remember(room.view, plan)

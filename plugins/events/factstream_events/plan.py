@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 from psycopg import AsyncConnection
 
-from factstream_events.batch import Held, NewEvent, Triage
+from factstream_events.batch import Held, NewEvent
 from factstream_events.canonical import parse_event_json
 from factstream_events.errors import InvalidEvent
 from factstream_events.prune import redacts_target
@@ -158,19 +158,19 @@ class Planner:
     async def plan(
         self,
         room: RoomWrite,
-        triage: Triage,
+        ordered: Sequence[NewEvent],
+        deoutliered: frozenset[str],
         held: Mapping[str, Held],
         has_children: set[str],
-        *,
         backfill: bool,
         groups: StatePlan | None,
     ) -> BatchPlan:
-        """The plan of the batch's ``triage.todo`` events (already in order) for ``room``.
+        """The plan of the batch's events to write, ``ordered`` (prev_events first), for ``room``.
 
-        ``held``: what is held of the batch's events and their prev_events; ``has_children``: those of
-        the batch's events that already had children when it started (remote batches); ``groups``: the
-        new state groups are planned to be written together (see ``statestore``)."""
-        ordered = triage.todo
+        ``deoutliered``: those held as outliers; ``held``: what is held of the batch's events and their
+        prev_events; ``has_children``: those of the batch's events that already had children when it
+        started (remote batches); ``groups``: the new state groups are planned to be written together
+        (see ``statestore``)."""
         in_batch = {e.event_id: e for e in ordered}
         held = dict(held)  # the batch's events join it as they are planned (a later event's prev_events)
         derived: dict[int, tuple[int, Delta]] = {}  # group -> (the group it was made from, the change)
@@ -191,7 +191,7 @@ class Planner:
         after = None
         if not backfill and any(not e.outlier for e in ordered):
             after = await self._room_after(room, ordered, rows, has_children, memberships, derived, groups)
-        return BatchPlan(rows, triage.deoutliered, backward, after)
+        return BatchPlan(rows, deoutliered, backward, after)
 
     async def _event_state(
         self,
