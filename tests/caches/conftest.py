@@ -1,4 +1,4 @@
-"""Fixtures for the cache tests: the demo store plugin (tests/plugins/cachedemo) with the bundled
+"""Fixtures for the cache tests: the demo store plugin (tests/plugin_projects/cachedemo) with the bundled
 caches plugin and the notes test plugin, a migrated database, and factstream.testing's
 ``host_cluster`` on it (``await host_cluster("main", caches={...})``; ``notes`` written by main)."""
 
@@ -13,8 +13,8 @@ from factstream.plugin.manager import load_plugins
 from factstream.testing import HostCluster
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHEDEMO = ROOT / "tests" / "plugins" / "cachedemo"
-NOTES = ROOT / "tests" / "plugins" / "notes"
+CACHEDEMO = ROOT / "tests" / "plugin_projects" / "cachedemo"
+NOTES = ROOT / "tests" / "plugin_projects" / "notes"
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from factstream.migrate import Migrator
 from factstream.plugin.manager import PluginHost, PluginSelection, load_plugins
 from factstream.testing import HostCluster, free_port
 
-INBOX_PROJECT = Path(__file__).resolve().parents[1] / "plugins" / "inbox"
+INBOX_PROJECT = Path(__file__).resolve().parents[1] / "plugin_projects" / "inbox"
 
 #: Bearer tokens every test host accepts.
 TOKENS = {
