@@ -3,7 +3,7 @@
 * more users than ``conftest.USERS`` (a scenario needs one per kind of member), with their tokens;
 * :class:`RoomDriver`: a local room built only through the public routes, each call checked;
 * :func:`history`: a room's events as stored, in topological order (the scenario's ground truth);
-* :func:`expect`: what events-semantics §7 says a user is shown, written from the text of §7 and the
+* :func:`expect`: what the rules of docs/plugins/events.md, Who sees what show a user, written from their text and the
   reference's read rules, independently of ``factstream_events.visibility``;
 * :func:`remote_event` / :func:`remote_body`: complete events for ``POST /rooms/{room}/remote_events``;
 * :func:`table_counts`: the row count of every table of the plugin (bad input must leave them alone).
@@ -182,7 +182,7 @@ async def walk(c: httpx.AsyncClient, room_id: str, *, direction: str = "b", limi
     raise AssertionError("/messages never came to an end")
 
 
-# -- what §7 allows ---------------------------------------------------------------------------------------
+# -- what the visibility rules allow ----------------------------------------------------------------------
 
 
 def _set_visibility(content: Any) -> str:
@@ -213,7 +213,7 @@ class Seen:
         return self.after or "leave"
 
     def visible(self, user: str, *, peeking: bool) -> bool:
-        """Rules 1, 3, 4 and 5 of §7 for a non-outlier event."""
+        """Rules 1, 3, 4 and 5 (docs/plugins/events.md, Who sees what) for a non-outlier event."""
         if self.event["type"] in _NEVER_SHOWN:
             return False
         if self.visibility == "world_readable" or (self.visibility == "shared" and not peeking):
@@ -256,7 +256,8 @@ class Expected:
 
 
 def expect(events: Sequence[dict[str, Any]], user: str) -> Expected:
-    """§7 for ``user`` over a linear history, with the reference's read rules:
+    """The visibility rules (docs/plugins/events.md, Who sees what) for ``user`` over a linear
+    history, with the reference's read rules:
 
     * joined now: every event by the rules, not peeking;
     * left now (left, kicked, rejected an invite): not peeking, nothing after their last member event;
@@ -323,7 +324,7 @@ async def mismatches(
 
     ``messages``: walk ``/messages`` both ways. ``by_id``: which events to fetch one by one with
     ``/event``: ``"all"``, ``"up_to_leave"`` (a departed user: the events up to their last member event),
-    ``"shown"`` (only those §7 shows: each must be 200 with the right membership), ``"none"``.
+    ``"shown"`` (only those the visibility rules show: each must be 200 with the right membership), ``"none"``.
     """
     want = expect(events, user)
     names = describe(events, room.sent)

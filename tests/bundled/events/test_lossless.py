@@ -1,4 +1,4 @@
-"""Lossless storage (issue 18, requirement 1): remote events whose JSON is far from canonical (keys in
+"""Lossless storage: remote events whose JSON is far from canonical (keys in
 any order, any whitespace, escapes where none are needed, large integers, floats, astral characters,
 nested content) are read back byte for byte, through the HTTP API and the Python API.
 

@@ -5,10 +5,11 @@ history (never in the room, invited, rejected an invite, joined, left, rejoined,
 unbanned, re-invited after leaving ...), with a message after each step; then every user's view
 through ``GET /events`` (from before the room), ``/rooms/{room}/messages`` (both ways),
 ``/rooms/{room}/event/{id}`` (every event), ``/rooms/{room}/state`` and ``GET /recent`` is compared
-with the model: ``scenario.expect`` (§7's rules with the reference's read rules, which the recorded
-Synapse histories confirm: a user who left now, after a join or after an invite, reads up to their
-last member event, not peeking), and for ``/events`` the documented rule: the rooms a user is joined
-to, or was joined to and left within the range (up to the leave, kick or ban that ended their join).
+with the model: ``scenario.expect`` (the rules of docs/plugins/events.md, Who sees what, with the
+reference's read rules, which the recorded Synapse histories confirm: a user who left now, after a
+join or after an invite, reads up to their last member event, not peeking), and for ``/events`` the
+documented rule: the rooms a user is joined to, or was joined to and left within the range (up to the
+leave, kick or ban that ended their join).
 A user who never joined (who only rejected an invite) gets no timeline from ``/events``.
 """
 

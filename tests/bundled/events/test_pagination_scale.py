@@ -1,12 +1,13 @@
-"""Pagination at scale (issue 18, requirement 6 and filtering): a 10,000-event room paged through
+"""Pagination at scale, and filtering: a 10,000-event room paged through
 ``GET /rooms/{room_id}/messages`` in pages of 97, backwards and forwards, for users who see different
 parts of it; then a backfilled stretch of older events, which must appear at its topological place.
 
 The room is written as remote batches (the Python API) and holds messages, state changes, members
 joining and leaving, history-visibility changes between ``shared`` and ``joined``, a few forks (events
 at the same depth), ``m.room.dummy`` events and redactions. What each user may see is computed here,
-independently of the plugin, by replaying the history with the rules of events-semantics §7 (and the
-leave clamp of §7's observations: a user who left pages up to their leave).
+independently of the plugin, by replaying the history with the rules of docs/plugins/events.md, Who
+sees what (and the leave clamp of its ``GET /rooms/{room_id}/messages``: a user who left pages up to
+their leave).
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def build() -> History:
 
 
 def oracle(history: History, user: str, held: set[str]) -> dict[str, str]:
-    """event_id -> the user's membership at it, for every held event the user may see (§7 rules 1-6)."""
+    """event_id -> the user's membership at it, for every held event the user may see (Who sees what, rules 1-6)."""
     members: dict[str, str] = {}
     visibility = "shared"
     shown: dict[str, str] = {}
@@ -139,7 +140,7 @@ def oracle(history: History, user: str, held: set[str]) -> dict[str, str]:
         if built.event_id not in held or built.type == "m.room.dummy":
             continue
         if built.type == "m.room.redaction" and built.event.get("redacts") not in held:
-            continue  # §8: a redaction is not shown while its target is not held
+            continue  # a redaction is not shown while its target is not held (events.md, Redactions)
         effective = visibility
         if built.type == "m.room.history_visibility" and built.state_key == "":
             effective = min(before, visibility, key=RESTRICTIVENESS.index)

@@ -128,7 +128,7 @@ async def test_prev_content_comes_only_with_an_event_the_reader_may_see(main, cl
         r = await client(CAROL).get(f"/rooms/{room.room_id}/event/{event['event_id']}")
         assert r.status_code in (200, 404), r.text
         may_see[event["event_id"]] = r.status_code == 200
-        if want.get(event["event_id"], "no opinion") != "no opinion":  # /event itself is §7's
+        if want.get(event["event_id"], "no opinion") != "no opinion":  # /event itself follows Who sees what
             assert may_see[event["event_id"]] == (want[event["event_id"]] is not None)
         if r.status_code == 200 and "replaces_state" in r.json()["unsigned"]:
             replaced.add(event["event_id"])

@@ -1,4 +1,4 @@
-"""Redactions end to end (events-semantics §8), through the HTTP routes against real PostgreSQL: pruned
+"""Redactions end to end (docs/plugins/events.md, Redactions), through the HTTP routes against real PostgreSQL: pruned
 on read with ``unsigned.redacted_because``, the stored bytes kept for the server, redactions of
 redactions, loops, targets that arrive late or never, other rooms, and the power to redact.
 """
@@ -88,7 +88,8 @@ async def test_redact_through_the_route_prunes_on_read_and_keeps_the_stored_byte
         assert rows == [(redaction, target)]
 
 
-#: content before redaction -> what a redacted state event of the type keeps (§8, room version 11)
+#: content before redaction -> what a redacted state event of the type keeps (room version 11; docs/plugins/events.md,
+#: What pruning keeps)
 PRUNED = {
     "m.room.join_rules": ({"join_rule": "public", "allow": [], "note": "x"}, {"join_rule": "public", "allow": []}),
     "m.room.history_visibility": ({"history_visibility": "shared", "note": "x"}, {"history_visibility": "shared"}),

@@ -79,7 +79,7 @@ class Redacted:
     topic: str
     because: dict[str, dict[str, Any] | None]  # target -> the redaction as carol reads it, or None
     redactions: dict[str, str]  # target -> redaction ID
-    message_readable: bool | None  # whether §7 lets carol read the message by ID (None: no opinion)
+    message_readable: bool | None  # whether Who sees what lets carol read the message by ID (None: no opinion)
 
 
 async def redacted_room(client: Clients, main: Host, visibility: str, path: str) -> Redacted:
@@ -98,7 +98,7 @@ async def redacted_room(client: Clients, main: Host, visibility: str, path: str)
     for target, redaction in redactions.items():
         r = await client(CAROL).get(f"/rooms/{room.room_id}/event/{redaction}")
         assert r.status_code in (200, 404), r.text
-        if redaction in want:  # the /event rule itself is §7's (scenario.expect, written independently)
+        if redaction in want:  # the /event rule itself is Who sees what's (scenario.expect, written independently)
             assert (r.status_code == 200) == (want[redaction] is not None), (visibility, path, r.text)
         because[target] = {k: v for k, v in r.json().items() if k != "unsigned"} if r.status_code == 200 else None
     readable = None if message not in want else want[message] is not None
@@ -166,7 +166,7 @@ async def test_redacted_because_tells_only_what_the_reader_may_read(main, client
             if event["event_id"] in case.because:
                 check_served(case, event, where)
                 checked += 1
-    # §7 decides whether carol reads the message at all; where she does, the checks above ran
+    # Who sees what decides whether carol reads the message at all; where she does, the checks above ran
     if case.message_readable is not None:
         assert ("/event message" in served) == case.message_readable, (visibility, path)
     assert checked or not case.message_readable

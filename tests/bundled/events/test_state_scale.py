@@ -1,4 +1,4 @@
-"""The state of a room at any event (issue 18, requirement 2), at scale: users join one by one, then a
+"""The state of a room at any event, at scale: users join one by one, then a
 fifth of them leave; the state after every event, read with a cold state cache, equals a replay of the
 events in order, and each state change writes at most 2 rows to ``state_groups`` (the reference model
 writes 1 + S/100, S the state's size). The figures are printed (``pytest -s``) and are in the messages.

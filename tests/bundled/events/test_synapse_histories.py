@@ -336,7 +336,7 @@ def documented(room: Room, user: str) -> dict[str, Any]:
     return {"status": 200, "pages": pages}
 
 
-#: Where the plugin is wrong and Synapse is right, per events-semantics.md §7: (room, user) -> reason.
+#: Where the plugin is wrong and Synapse is right, per docs/plugins/events.md, Who sees what: (room, user) -> reason.
 #: (room, user) -> the bug that makes our pagination differ from Synapse's (none known now: invited,
 #: banned and knocking readers of a world_readable room read as peekers since that bug was fixed).
 BUGS: dict[tuple[str, str], str] = {}

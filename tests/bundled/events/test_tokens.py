@@ -1,7 +1,7 @@
 """Room pagination tokens: strict parsing, one spelling per token, and the SQL bounds they set.
 
-The bound semantics are checked against section 6 of the reference summary ("a token denotes the
-position after the event it names"; backwards includes ``from`` and excludes ``to``, forwards the
+The bound semantics are checked against docs/plugins/events.md, ``GET /rooms/{room_id}/messages`` ("a token
+names the position just after an event"; backwards includes ``from`` and excludes ``to``, forwards the
 opposite), on generated rooms, twice: with a small evaluator of the generated SQL written here, and
 against a real PostgreSQL (``$FACTSTREAM_TEST_DATABASE_URL``; those tests skip when it is unset).
 """
@@ -300,7 +300,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         yield PostgresBackend(conn)
 
 
-# -- the semantics of section 6, independently of the SQL ---------------------------------------
+# -- the bounds the docs give, independently of the SQL -----------------------------------------
 
 rooms = st.lists(
     st.tuples(st.integers(1, 8), st.integers(-20, 40)),  # small ranges: ties on depth, backfilled events

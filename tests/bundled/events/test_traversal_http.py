@@ -1,8 +1,8 @@
 """The backfill / traversal read, ``GET /rooms/{room}/backfill?v=...&limit=N`` (writer token), over
-remote event graphs with forks, gaps and outliers, against real PostgreSQL (events-semantics §2, §3,
-§6 "Topological traversal"): deepest first from the seeds, the limit, seeds of other rooms ignored,
-backward extremities where prev_events are missing, an outlier joining the graph when it is persisted
-normally.
+remote event graphs with forks, gaps and outliers, against real PostgreSQL (docs/plugins/events.md,
+Orderings, The event graph and ``GET /rooms/{room_id}/backfill``): deepest first from the seeds, the
+limit, seeds of other rooms ignored, backward extremities where prev_events are missing, an outlier
+joining the graph when it is persisted normally.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The per-user reads: what is new since a token (requirement 4) and the newest events of the most
-recent rooms (requirement 5), through the Python API and ``GET /events``, ``GET /recent``."""
+"""The per-user reads: what is new since a token and the newest events of the most recent rooms,
+through the Python API and ``GET /events``, ``GET /recent``."""
 
 from __future__ import annotations
 

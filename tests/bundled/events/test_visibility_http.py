@@ -1,4 +1,4 @@
-"""History visibility end to end (events-semantics §7): rooms built through the public routes, read
+"""History visibility end to end (docs/plugins/events.md, Who sees what): rooms built through the public routes, read
 back through ``/rooms/{room}/messages``, ``/rooms/{room}/event/{id}`` and ``/rooms/{room}/state`` by
 every kind of user, against real PostgreSQL.
 
@@ -7,9 +7,9 @@ Two kinds of tests:
 * sweeps: a room with a member of every kind (joined, joined late, invited and never joined, left,
   kicked, banned, rejected an invite, left and came back, never in the room) under each visibility,
   and a room that goes through all twelve changes between the four values, each user's view compared
-  with ``scenario.expect`` (§7 written from its text, with the reference's read rules), including
+  with ``scenario.expect`` (the rules written from their text, with the reference's read rules), including
   ``unsigned.membership`` on every event shown;
-* one test per rule and per consequence §7 lists as observed in the reference, with the events named.
+* one test per rule and per consequence observed in the reference (listed after the rules), with the events named.
 
 The named tests at the end were found as leaks (a departed, banned or invited user reading by ID,
 and peeking invited or banned readers of a world_readable room); the sweeps now cover those cases too.
@@ -441,6 +441,6 @@ async def test_invited_and_banned_readers_of_a_world_readable_room_are_peekers(m
     for user in (GINA, CAROL):
         shown = (await walk(client(user), room.room_id)).ids
         assert secret not in shown, user
-        # a peeker like the stranger, who also sees their own member events (§7 rule 4)
+        # a peeker like the stranger, who also sees their own member events (Who sees what, rule 4)
         assert [e for e in shown if e not in own[user]] == stranger, user
         assert set(own[user]) <= set(shown), user

@@ -1,4 +1,4 @@
-"""History visibility rules (section 7 of the reference summary), as pure functions.
+"""History visibility rules (docs/plugins/events.md, Who sees what), as pure functions.
 
 One test per rule, one per consequence observed in a running reference server, scenarios in the
 spirit of the reference's own visibility tests (with rooms and users of our own), and a generated
