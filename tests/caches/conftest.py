@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from factstream.migrate import Migrator
-from factstream.plugin.manager import load_plugins
-from factstream.testing import HostCluster
+from factstream.testing import DatabaseWith, HostCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHEDEMO = ROOT / "tests" / "plugin_projects" / "cachedemo"
@@ -18,15 +16,10 @@ NOTES = ROOT / "tests" / "plugin_projects" / "notes"
 
 
 @pytest.fixture
-def cache_db(plugin_installer, fresh_database, monkeypatch) -> str:
+def cache_db(database_with: DatabaseWith, monkeypatch: pytest.MonkeyPatch) -> str:
     """A database migrated for caches, cachedemo and notes (notes rows invalidate a demo cache)."""
     monkeypatch.setenv("FACTSTREAM_CACHEDEMO_NOTES", "1")
-    plugin_installer.from_project(CACHEDEMO)
-    plugin_installer.from_project(NOTES)
-    migrator = Migrator(fresh_database, load_plugins())
-    migrator.upgrade()
-    migrator.close()
-    return fresh_database
+    return database_with(CACHEDEMO, NOTES)
 
 
 @pytest.fixture

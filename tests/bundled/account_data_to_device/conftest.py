@@ -13,9 +13,8 @@ import httpx
 import pytest
 
 from factstream.host.app import Host
-from factstream.migrate import Migrator
 from factstream.plugin.manager import load_plugins
-from factstream.testing import HostCluster
+from factstream.testing import DatabaseWith, HostCluster
 from tests.export.conftest import spark  # noqa: F401  (the session's local Spark, for the export job test)
 
 #: A plugin that records, per instance, every replicated row (``(stream, instance, token, row)``).
@@ -43,13 +42,9 @@ def _bundled_plugins_installed() -> None:
 
 
 @pytest.fixture
-def bundled_db(plugin_installer, fresh_database) -> str:
+def bundled_db(database_with: DatabaseWith) -> str:
     """A database migrated for every installed plugin, with the row observer installed."""
-    plugin_installer.from_source("fs_observer", OBSERVER)
-    migrator = Migrator(fresh_database, load_plugins())
-    migrator.upgrade()
-    migrator.close()
-    return fresh_database
+    return database_with(sources={"fs_observer": OBSERVER})
 
 
 @pytest.fixture
