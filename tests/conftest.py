@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TEST_PLUGINS = ROOT / "tests" / "plugins"
+TEST_PLUGINS = ROOT / "tests" / "plugin_projects"
 
 
 @pytest.fixture
 def notes_project() -> Path:
-    """The trivial test plugin project under tests/plugins/notes."""
+    """The trivial test plugin project under tests/plugin_projects/notes."""
     return TEST_PLUGINS / "notes"
 
 

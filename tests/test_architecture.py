@@ -19,7 +19,7 @@ from factstream.plugin import hookspecs
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "framework" / "factstream"
-PLUGIN_ROOTS = [ROOT / "plugins", ROOT / "tests" / "plugins", ROOT / "templates"]
+PLUGIN_ROOTS = [ROOT / "plugins", ROOT / "tests" / "plugin_projects", ROOT / "templates"]
 PUBLIC = "factstream"
 
 
@@ -100,7 +100,7 @@ def test_the_import_checks_catch_violations(tmp_path):
     assert core_violations(core, {"factstream_bad"}) == ["core/x.py:1 imports plugin package factstream_bad.rows"]
 
 
-TYPED_PLUGIN_ROOTS = [ROOT / "plugins", ROOT / "tests" / "plugins"]
+TYPED_PLUGIN_ROOTS = [ROOT / "plugins", ROOT / "tests" / "plugin_projects"]
 
 
 def _is_hookimpl(decorator: ast.expr) -> bool:

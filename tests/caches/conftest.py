@@ -1,4 +1,4 @@
-"""Fixtures for the cache tests: the demo store plugin (tests/plugins/cachedemo) with the bundled
+"""Fixtures for the cache tests: the demo store plugin (tests/plugin_projects/cachedemo) with the bundled
 caches plugin and the notes test plugin, a migrated database, and factstream.testing's
 ``host_cluster`` on it (``await host_cluster("main", caches={...})``; ``notes`` written by main)."""
 
@@ -8,25 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from factstream.migrate import Migrator
-from factstream.plugin.manager import load_plugins
-from factstream.testing import HostCluster
+from factstream.testing import DatabaseWith, HostCluster
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHEDEMO = ROOT / "tests" / "plugins" / "cachedemo"
-NOTES = ROOT / "tests" / "plugins" / "notes"
+CACHEDEMO = ROOT / "tests" / "plugin_projects" / "cachedemo"
+NOTES = ROOT / "tests" / "plugin_projects" / "notes"
 
 
 @pytest.fixture
-def cache_db(plugin_installer, fresh_database, monkeypatch) -> str:
+def cache_db(database_with: DatabaseWith, monkeypatch: pytest.MonkeyPatch) -> str:
     """A database migrated for caches, cachedemo and notes (notes rows invalidate a demo cache)."""
     monkeypatch.setenv("FACTSTREAM_CACHEDEMO_NOTES", "1")
-    plugin_installer.from_project(CACHEDEMO)
-    plugin_installer.from_project(NOTES)
-    migrator = Migrator(fresh_database, load_plugins())
-    migrator.upgrade()
-    migrator.close()
-    return fresh_database
+    return database_with(CACHEDEMO, NOTES)
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Invalidation between real hosts in one event loop (main and worker1 over TCP, one database).
 
-The demo store (tests/plugins/cachedemo) reads values through caches; main writes values and
+The demo store (tests/plugin_projects/cachedemo) reads values through caches; main writes values and
 invalidates; worker1's caches must follow, before its caches-stream position says so.
 """
 

@@ -1,5 +1,5 @@
 """Acceptance with real processes: ``factstream run --instance main`` and ``--instance worker1`` over
-TCP, with the bundled caches plugin and the demo store (tests/plugins/cachedemo), whose driver runs
+TCP, with the bundled caches plugin and the demo store (tests/plugin_projects/cachedemo), whose driver runs
 commands the test appends to a control file (``read`` through a cache, ``set`` a value, ...).
 """
 
@@ -16,7 +16,7 @@ from factstream.testing import ProcessCluster, read_json_lines, wait_until
 
 pytestmark = pytest.mark.slow
 
-PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
+PLUGINS = Path(__file__).resolve().parents[1] / "plugin_projects"
 
 
 class Pair:

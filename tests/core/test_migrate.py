@@ -329,3 +329,38 @@ def test_failing_revision_is_a_migration_error_and_applies_nothing(plugin_instal
     message = " ".join(result.stderr.split())
     assert "failed (psycopg.errors.UndefinedTable" in message and "Nothing was applied" in message
     assert tables(fresh_database) == set()
+
+
+# -- factstream.testing's database_with: install, then migrate ------------------------------------------
+
+#: A one-module plugin without tables, installed from source text.
+BARE_PLUGIN = """
+import factstream
+"""
+
+
+def test_database_with_installs_the_projects_and_the_sources_then_migrates(
+    database_with, notes_project, plugin_installer
+):
+    url = database_with(notes_project, sources={"bare": BARE_PLUGIN})
+
+    assert [p.name for p in plugin_installer.installed] == ["notes", "bare"]
+    assert {"notes", "stream_positions", "instance_map"} <= tables(url)
+    assert status(Migrator(url, load_plugins()))["notes"][:2] == ("notes_0001", "notes_0001")
+
+
+@pytest.mark.parametrize("only_installed", [False, True])
+def test_database_with_only_installed_leaves_the_environments_plugins_out(
+    database_with, notes_project, tmp_path, only_installed
+):
+    # A plugin installed beside the test's, as the bundled plugins are in the development environment
+    # (tests/core blocks those through FACTSTREAM_BLOCK_PLUGINS; a second installer stands for one here).
+    environment = PluginInstaller(tmp_path / "environment")
+    try:
+        environment.from_project(Path(notes_project).parent / "inbox")
+        url = database_with(notes_project, only_installed=only_installed)
+    finally:
+        environment.cleanup()
+
+    assert "notes" in tables(url)
+    assert ("inbox" in tables(url)) is not only_installed

@@ -20,11 +20,10 @@ import httpx
 import pytest
 
 from factstream.host.app import Host
-from factstream.migrate import Migrator
-from factstream.plugin.manager import PluginHost, PluginSelection, load_plugins
-from factstream.testing import HostCluster, free_port
+from factstream.plugin.manager import load_plugins
+from factstream.testing import DatabaseWith, HostCluster, free_port
 
-INBOX_PROJECT = Path(__file__).resolve().parents[1] / "plugins" / "inbox"
+INBOX_PROJECT = Path(__file__).resolve().parents[1] / "plugin_projects" / "inbox"
 
 #: Bearer tokens every test host accepts.
 TOKENS = {
@@ -34,20 +33,11 @@ TOKENS = {
 }
 
 
-def installed_plugins(plugin_installer) -> PluginHost:
-    """The core and the plugins this test installed, and no others (bundled plugins installed in the
-    environment would add their own streams and sync keys to every test's token)."""
-    return load_plugins(PluginSelection(only=frozenset(p.name for p in plugin_installer.installed)))
-
-
 @pytest.fixture
-def inbox_db(plugin_installer, fresh_database) -> str:
-    """A migrated database with the inbox plugin installed."""
-    plugin_installer.from_project(INBOX_PROJECT)
-    migrator = Migrator(fresh_database, installed_plugins(plugin_installer))
-    migrator.upgrade()
-    migrator.close()
-    return fresh_database
+def inbox_db(database_with: DatabaseWith) -> str:
+    """A database migrated for the core and the inbox plugin only (bundled plugins installed in the
+    environment would add their own streams and sync keys to every test's token)."""
+    return database_with(INBOX_PROJECT, only_installed=True)
 
 
 @pytest.fixture
@@ -55,7 +45,7 @@ def inbox_cluster(inbox_db, plugin_installer, host_cluster: HostCluster) -> Host
     """``await inbox_cluster("main", stream_writers={"inbox": [...]}, http={...})`` -> a started Host."""
     return host_cluster.configure(
         database=inbox_db,
-        plugin_host=lambda: installed_plugins(plugin_installer),
+        plugin_host=lambda: plugin_installer.plugin_host(only_installed=True),
         stream_writers={"inbox": ["main"]},
         http={"tokens": TOKENS},
     )

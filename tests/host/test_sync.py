@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from factstream.errors import ConfigError
 from factstream.sync.service import check_sync_keys
 from tests.host.conftest import post_messages
-from tests.plugins.inbox.factstream_inbox import InboxRow
+from tests.plugin_projects.inbox.factstream_inbox import InboxRow
 
 
 def bodies(response) -> list[str]:

@@ -10,7 +10,6 @@ import pytest
 from factstream.db.database import Database
 from factstream.db.engine import libpq_url
 from factstream.idgen import MultiWriterIdGenerator, WriterLeases, create_sequence_sql
-from factstream.migrate import Migrator
 
 
 def create_stream_schema(url: str, *tables: str, sequence: str = "facts_seq") -> None:
@@ -23,13 +22,10 @@ def create_stream_schema(url: str, *tables: str, sequence: str = "facts_seq") ->
 
 
 @pytest.fixture
-def stream_db(fresh_database: str, plugin_host) -> str:
+def stream_db(migrated_database: str) -> str:
     """A database migrated to the core with stream ``facts`` (tables ``facts``, ``facts_extra``)."""
-    migrator = Migrator(fresh_database, plugin_host)
-    migrator.upgrade()
-    migrator.close()
-    create_stream_schema(fresh_database, "facts", "facts_extra")
-    return fresh_database
+    create_stream_schema(migrated_database, "facts", "facts_extra")
+    return migrated_database
 
 
 @pytest.fixture

@@ -3,11 +3,11 @@ the ``host_cluster`` of factstream.testing on it (``notes`` written by main unle
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from factstream.migrate import Migrator
-from factstream.plugin.manager import load_plugins
-from factstream.testing import HostCluster
+from factstream.testing import DatabaseWith, HostCluster
 
 RECORDER = """
     import factstream
@@ -21,13 +21,9 @@ RECORDER = """
 
 
 @pytest.fixture
-def notes_db(plugin_installer, notes_project, fresh_database) -> str:
-    plugin_installer.from_project(notes_project)
-    plugin_installer.from_source("recorder", RECORDER)
-    migrator = Migrator(fresh_database, load_plugins())
-    migrator.upgrade()
-    migrator.close()
-    return fresh_database
+def notes_db(database_with: DatabaseWith, notes_project: Path) -> str:
+    """A database migrated for the notes plugin and the row recorder (and every installed plugin)."""
+    return database_with(notes_project, sources={"recorder": RECORDER})
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ the main process restarts, after Redis restarts, and when it is too slow and is 
 congestion (it reconnects and catches up).
 
 Each test starts real processes with the ``notes`` and ``probe`` test plugins installed
-(tests/plugins/probe): the probe in main writes notes when the test appends a command to a control
+(tests/plugin_projects/probe): the probe in main writes notes when the test appends a command to a control
 file (and acknowledges it), and the probe in worker1 records every row it receives, one JSON line
 each. The faults come from outside: a TCP proxy between worker1 and main (or Redis) that drops its
 connections and refuses new ones, ``CLIENT KILL TYPE pubsub``, SIGTERM, a Redis restart, a reader made
@@ -38,7 +38,7 @@ from factstream.testing import FactstreamProcess, ProcessCluster, TcpProxy, read
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-PLUGINS = ROOT / "tests" / "plugins"
+PLUGINS = ROOT / "tests" / "plugin_projects"
 CATCH_UP_TIMEOUT = 60.0
 
 

@@ -14,10 +14,13 @@ Fixtures:
 ``factstream_server_url``  session: URL of the server tests create databases on.
 ``fresh_database``         a new empty database (URL); dropped after the test.
 ``migrated_database``      a fresh database with every loaded plugin's migrations applied (URL).
+``database_with``          ``database_with(*projects, sources={name: source}, only_installed=False)``: installs
+                           plugins, then migrates ``fresh_database`` for them (URL); a :class:`DatabaseWith`.
 ``redis_url``              session: a Redis URL (skips the test when Redis does not answer; fails it instead
                            with ``FACTSTREAM_REQUIRE_SERVICES=1``).
 ``plugin_installer``       installs plugins from a project directory or from source text.
-``plugin_host``            a :class:`~factstream.plugin.manager.PluginHost` for the installed plugins.
+``plugin_host``            a :class:`~factstream.plugin.manager.PluginHost` for the installed plugins
+                           (``plugin_installer.plugin_host(only_installed=True)``: without the environment's).
 ``host_cluster``           a :class:`~factstream.testing.hosts.HostCluster`: named in-process hosts on one
                            database (``fresh_database``, migrated at the first start with the plugins
                            installed by then), over TCP or Redis; all stopped after the test, last first.
@@ -62,7 +65,7 @@ import tempfile
 import textwrap
 import tomllib
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import invalidate_caches
 from pathlib import Path
@@ -76,7 +79,7 @@ from sqlalchemy.engine import make_url
 from factstream.db.embedded import start_embedded, stop_embedded
 from factstream.db.engine import libpq_url
 from factstream.db.metadata import metadata
-from factstream.plugin.manager import PluginHost, load_plugins
+from factstream.plugin.manager import PluginHost, PluginSelection, load_plugins
 from factstream.testing.helpers import free_port, read_json_lines, until, wait_until
 from factstream.testing.hosts import HostCluster
 from factstream.testing.processes import FactstreamProcess, ProcessCluster, RedisServer, TcpProxy
@@ -87,6 +90,7 @@ except ImportError:  # pragma: no cover - pytest-asyncio is needed for host_clus
     pytest_asyncio = None  # type: ignore[assignment]
 
 __all__ = [
+    "DatabaseWith",
     "FactstreamProcess",
     "HostCluster",
     "InstalledPlugin",
@@ -200,14 +204,19 @@ def fresh_database(factstream_server_url: str) -> Iterator[str]:
 @pytest.fixture
 def migrated_database(fresh_database: str, plugin_host: PluginHost) -> str:
     """URL of a fresh database with every loaded plugin's migration branch at its head."""
+    return _migrate(fresh_database, plugin_host)
+
+
+def _migrate(url: str, plugins: PluginHost) -> str:
+    """Upgrade every branch of ``plugins`` to its head in the database ``url`` names; return ``url``."""
     from factstream.migrate import Migrator
 
-    migrator = Migrator(fresh_database, plugin_host)
+    migrator = Migrator(url, plugins)
     try:
         migrator.upgrade()
     finally:
         migrator.close()
-    return fresh_database
+    return url
 
 
 # -- plugins -----------------------------------------------------------------------------------------
@@ -300,6 +309,14 @@ class PluginInstaller:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.site), env.get("PYTHONPATH", "")) if p)
         return env
 
+    def plugin_host(self, *, only_installed: bool = False) -> PluginHost:
+        """The core and the plugins loaded now: every installed one (as ``load_plugins()``, honouring
+        ``FACTSTREAM_BLOCK_PLUGINS``), or with ``only_installed`` just those this installer installed, so
+        that plugins installed in the environment (the bundled ones, in this repository) stay out."""
+        if only_installed:
+            return load_plugins(PluginSelection(only=frozenset(p.name for p in self.installed)))
+        return load_plugins()
+
     def _write_dist_info(self, dist: str, version: str, eps: dict[str, str]) -> None:
         info = self.site / f"{_normalise(dist)}-{version}.dist-info"
         info.mkdir()
@@ -342,7 +359,38 @@ def plugin_installer() -> Iterator[PluginInstaller]:
 @pytest.fixture
 def plugin_host(plugin_installer: PluginInstaller) -> PluginHost:
     """The plugin host for the core plus whatever the test installed before requesting it."""
-    return load_plugins()
+    return plugin_installer.plugin_host()
+
+
+class DatabaseWith:
+    """Install plugins, then migrate the test's fresh database for them: the ``database_with`` fixture.
+
+    ``database_with(*projects, sources={name: source}, only_installed=False)`` installs each plugin
+    project directory (``plugin_installer.from_project``) and each one-module plugin of ``sources``
+    (``plugin_installer.from_source(name, source)``), upgrades every branch of the plugins loaded then
+    to its head in ``fresh_database``, and returns that database's URL. ``only_installed`` migrates for
+    the core and the plugins this test installed only (plugins installed in the environment stay out).
+    Call it once per test, from the fixture that gives the test its database.
+    """
+
+    def __init__(self, installer: PluginInstaller, url: str) -> None:
+        self._installer = installer
+        self._url = url
+
+    def __call__(
+        self, *projects: Path | str, sources: Mapping[str, str] | None = None, only_installed: bool = False
+    ) -> str:
+        for project in projects:
+            self._installer.from_project(project)
+        for name, source in (sources or {}).items():
+            self._installer.from_source(name, source)
+        return _migrate(self._url, self._installer.plugin_host(only_installed=only_installed))
+
+
+@pytest.fixture
+def database_with(plugin_installer: PluginInstaller, fresh_database: str) -> DatabaseWith:
+    """``database_with(*projects, sources=..., only_installed=False) -> URL``: see :class:`DatabaseWith`."""
+    return DatabaseWith(plugin_installer, fresh_database)
 
 
 # -- clusters ----------------------------------------------------------------------------------------
@@ -374,17 +422,6 @@ async def host_cluster(
         yield cluster
     finally:
         await cluster.close()
-
-
-def _migrate(url: str, plugins: PluginHost) -> str:
-    from factstream.migrate import Migrator
-
-    migrator = Migrator(url, plugins)
-    try:
-        migrator.upgrade()
-    finally:
-        migrator.close()
-    return url
 
 
 @pytest.fixture

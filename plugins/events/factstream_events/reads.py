@@ -292,8 +292,8 @@ class Reads:
         ]
 
     async def _without_unheld_targets(self, conn: AsyncConnection[Any], rows: list[Row]) -> list[Row]:
-        """``rows`` without the redactions whose target is not held in their room (events-semantics §8:
-        such a redaction is stored, and shown once its target arrives)."""
+        """``rows`` without the redactions whose target is not held in their room (docs/plugins/events.md,
+        Redactions: such a redaction is stored, and shown once its target arrives)."""
         targets = {r.redacts for r in rows if r.type == REDACTION and r.redacts}
         if not targets:
             return rows
@@ -505,7 +505,7 @@ class Reads:
         direction: Direction = "b",
         limit: int = DEFAULT_PAGE,
     ) -> Page:
-        """A page of the room's timeline for ``user`` (events-semantics §6 "Back-pagination").
+        """A page of the room's timeline for ``user`` (docs/plugins/events.md, ``GET /rooms/{room_id}/messages``).
 
         403 for a user who is invited but never joined, banned, or not in a room that is not
         ``world_readable``; a user who left pages up to their leave. ``limit``: events read, at most
@@ -553,7 +553,7 @@ class Reads:
             peeking = mine is None or mine[0] in {"invite", "ban", "knock"}
             chunk = await self.for_user(conn, user, rows, is_peeking={room_id: peeking})
         # A page that found events has an end, even when filtering showed none of them; only a page
-        # past the last event has none (events-semantics §6).
+        # past the last event has none (docs/plugins/events.md, ``GET /rooms/{room_id}/messages``).
         next_end = str(next_token(direction, rows[-1].topological, rows[-1].stream)) if rows else None
         if limit == 0:  # nothing read, so nothing is known to end here: the next page starts where this one did
             next_end = str(start)

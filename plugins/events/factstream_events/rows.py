@@ -1,6 +1,6 @@
 """The ``events`` and ``backfill`` streams: their wire rows, tables and specs.
 
-Wire rows follow the reference exactly (events-semantics §5), so anything that reads its replication
+Wire rows follow the reference exactly (docs/plugins/events.md, Streams), so anything that reads its replication
 reads ours:
 
 * ``events``: ``["ev", [event_id, room_id, type, state_key, redacts, relates_to, membership, rejected,

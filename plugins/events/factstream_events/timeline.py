@@ -1,6 +1,6 @@
 """A user's rooms and what is new in them: the per-user reads that feed ``/sync``.
 
-* :meth:`Timeline.new_events` (requirement 4): since a stream token, the user's membership changes in
+* :meth:`Timeline.new_events`, what is new for a user: since a stream token, the user's membership changes in
   any room (invites, kicks, bans, out-of-band invites included), and the new events of every room they
   are joined to, or were joined to and left within the range (up to the leave, kick or ban that ended
   their join; a user who never joined, such as one who rejected an invite, gets no timeline of the
@@ -9,7 +9,7 @@
   (:mod:`factstream_events.changes`: rooms by their last event, users by their last membership change)
   answer "nothing changed" without a query; the rooms that did change are read in one query
   (``LATERAL``, the newest ``limit + 1`` of each).
-* :meth:`Timeline.recent` (requirement 5): the newest ``limit`` events of each of the user's ``rooms``
+* :meth:`Timeline.recent`, a user's recent rooms: the newest ``limit`` events of each of the user's ``rooms``
   most recent rooms (joined rooms by the room's last shown event, invites by the invite), in one
   query: the ranking and a ``LATERAL`` read of each room's newest events by ``(topological, stream)``.
 
@@ -185,7 +185,7 @@ class Timeline:
         rows = await self.host.database().fetchall(_ROOMS_FOR_USER, {"user": user})
         return tuple(MyRoom(str(r), str(m), int(s)) for r, m, s in rows)
 
-    # -- requirement 4 -------------------------------------------------------------------------------
+    # -- what is new for a user since a token --------------------------------------------------------
 
     async def new_events(self, user: str, since: str | None, *, limit: int = DEFAULT_TIMELINE) -> NewEvents:
         """What is new for ``user`` after ``since`` (an ``s`` token; None: nothing, just the token
@@ -277,7 +277,7 @@ class Timeline:
             )
         return out
 
-    # -- requirement 5 -------------------------------------------------------------------------------
+    # -- the newest events of a user's most recent rooms ---------------------------------------------
 
     async def recent(self, user: str, *, rooms: int = 20, limit: int = DEFAULT_TIMELINE) -> list[RoomTimeline]:
         """The newest ``limit`` events of each of ``user``'s ``rooms`` most recent rooms, most recent

@@ -1,7 +1,7 @@
 """Room pagination tokens (``/messages``'s ``from``, ``to``, ``start`` and ``end``) and the SQL bounds they set.
 
-A room token names a position in a room's timeline, *just after* one event (section 6 of the reference
-summary, "Back-pagination"). Two forms, the reference's:
+A room token names a position in a room's timeline, *just after* one event (docs/plugins/events.md,
+``GET /rooms/{room_id}/messages``). Two forms, the reference's:
 
 * ``s<stream>``, a *live* token: after the event with stream ordering ``<stream>``, compared on
   ``stream_ordering`` alone. ``<stream>`` is a position of the forward ``events`` stream, never

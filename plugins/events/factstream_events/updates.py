@@ -1,4 +1,5 @@
-"""The update function of the ``events`` stream (events-semantics §5): what a reader catching up reads.
+"""The update function of the ``events`` stream (docs/plugins/events.md, Streams): what a reader
+catching up reads.
 
 ``(instance, from, to, target)``: a page reads at most :data:`PAGE_SPAN` x target IDs of the range
 (limited at the window's end when the range goes further), as the core's table update function does,

@@ -22,7 +22,7 @@ REDACTION = "m.room.redaction"
 HISTORY_VISIBILITY = "m.room.history_visibility"
 POWER_LEVELS = "m.room.power_levels"
 JOIN_RULES = "m.room.join_rules"
-#: Event types a client is never shown (events-semantics §7 rule 1).
+#: Event types a client is never shown (docs/plugins/events.md, Who sees what, rule 1).
 NEVER_SHOWN = frozenset({"m.room.dummy", "m.room.aliases"})
 MEMBERSHIPS = frozenset({"join", "invite", "knock", "leave", "ban"})
 

@@ -1,6 +1,6 @@
 """History visibility: which room events a user may read, decided without touching the database.
 
-The rules are those of section 7 of the reference summary (``events-semantics.md``), applied as the
+The rules are those of docs/plugins/events.md, "Who sees what" (numbered as there), applied as the
 reference server (Synapse) applies them when it filters events for a client. Two things differ from
 the reference in *when* the work is done, not in the answers:
 
@@ -11,7 +11,7 @@ the reference in *when* the work is done, not in the answers:
 * The decision itself (:func:`check_event`, :func:`filter_events`) is a pure function of small facts
   (:class:`EventFacts`), so every rule can be tested on its own, without a room.
 
-The section 7 rules, as numbered there and in the docstrings below:
+The rules, as numbered there and in the docstrings below:
 
 1. ``m.room.dummy`` and ``m.room.aliases`` events are never shown to clients; non-state events whose
    sender the user ignores are dropped.
@@ -82,7 +82,7 @@ def parse_history_visibility(content: object) -> HistoryVisibility:
 
     ``content`` is the event's decoded content (any JSON value). Anything other than an object whose
     ``history_visibility`` is one of the four known values (a missing event, a missing key, a value of
-    another type or an unknown string) counts as ``"shared"``, the default (section 7).
+    another type or an unknown string) counts as ``"shared"``, the default (docs/plugins/events.md, Who sees what).
     """
     if isinstance(content, Mapping):
         value = content.get("history_visibility")
@@ -111,9 +111,9 @@ def stored_visibility(
     :func:`parse_history_visibility`, so a room without one reads as ``"shared"``: the events of a
     room's creation that precede its first history-visibility event are stored as ``shared``.
 
-    Rule 3 (section 7): an ``m.room.history_visibility`` *state* event is stored with the less
-    restrictive of ``before`` and ``in_state_after``, so that users who could read either side of a
-    change can read the change itself. Every other event gets ``in_state_after``.
+    Rule 3 (docs/plugins/events.md, Who sees what): an ``m.room.history_visibility`` *state* event is
+    stored with the less restrictive of ``before`` and ``in_state_after``, so that users who could read
+    either side of a change can read the change itself. Every other event gets ``in_state_after``.
 
     The reference also widens a *non-state* event of type ``m.room.history_visibility`` (it compares
     with an empty previous content, i.e. ``shared``); such an event changes nothing, and widening it
@@ -176,7 +176,8 @@ def check_event(
     is_peeking: bool,
     ignored_senders: frozenset[str] = frozenset(),
 ) -> Verdict:
-    """Whether ``user`` may read ``event``, and their membership at it (section 7, rules 1-6).
+    """Whether ``user`` may read ``event``, and their membership at it (docs/plugins/events.md, Who sees
+    what, rules 1-6).
 
     ``membership_at_event``: the user's ``content.membership`` in the state after the event (``None``
     if the state holds no member event for them; ignored for outliers, which have no state).
