@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from factstream.errors import ConfigError
-from factstream.plugin.names import NAME_RE
+from factstream.names import NAME_RE
 
 DEFAULT_CONFIG_FILE = "factstream.yaml"
 ENV_PREFIX = "FACTSTREAM_"
