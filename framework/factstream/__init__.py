@@ -7,6 +7,7 @@ the core and may change between releases.
 from factstream.caches.cached import cached, cached_specs
 from factstream.caches.keys import BadKey
 from factstream.caches.lru import LruCache
+from factstream.config import HostSettings
 from factstream.db.database import Database, Transaction
 from factstream.db.metadata import metadata
 from factstream.errors import ConfigError, DatabaseError, FactstreamError, MigrationError, PluginError
@@ -47,6 +48,7 @@ __all__ = [
     "ExportJobSpec",
     "FactstreamError",
     "HostApi",
+    "HostSettings",
     "HttpError",
     "IdGeneratorError",
     "InvalidationSpec",
