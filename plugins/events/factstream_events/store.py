@@ -26,6 +26,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from factstream import HostApi, LruCache
+from factstream_events.caches import ROOM_CREATORS, STATE_CONTENTS
 from factstream_events.canonical import CanonicalJsonError, EventJsonError, canonical_json, parse_event_json
 from factstream_events.contentrules import HISTORY_VISIBILITIES, check_local_content
 from factstream_events.errors import EventConflict, Forbidden, InvalidEvent, UnknownEvent, UnknownRoom
@@ -106,9 +107,9 @@ class EventsStore:
         self.reads = Reads(host, self.states)
         self.timeline = Timeline(host, self.reads)
         #: Contents of state events (immutable): a bounded cache.
-        self._contents: LruCache[Mapping[str, Any]] = LruCache("events_state_contents", 100_000)
+        self._contents: LruCache[Mapping[str, Any]] = host.caches.get(STATE_CONTENTS)
         #: The creator each create event names, by its ID (immutable): ``(creator or None,)``.
-        self._creators: LruCache[tuple[str | None]] = LruCache("events_room_creators", 100_000)
+        self._creators: LruCache[tuple[str | None]] = host.caches.get(ROOM_CREATORS)
 
     # -- hooks -------------------------------------------------------------------------------------
 
