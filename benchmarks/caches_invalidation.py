@@ -125,7 +125,7 @@ async def room_state(main: Host, worker: Host, seconds: float) -> tuple[float, f
 
 def wire_bytes() -> tuple[int, int, int, int]:
     """(bytes, rows) of a 1,000-member change as cs_cache_fake rows, and as one per-key row each."""
-    from factstream.caches import room_state_rows
+    from factstream.caches.invalidate import room_state_rows
 
     ts = int(time.time() * 1000)
     token = 1_000_000

@@ -23,7 +23,9 @@ from sqlalchemy import text
 
 from factstream.db.database import Database
 from factstream.db.engine import libpq_url
-from factstream.idgen import MultiWriterIdGenerator, WriterLeases, create_sequence_sql
+from factstream.idgen.generator import MultiWriterIdGenerator
+from factstream.idgen.leases import WriterLeases
+from factstream.idgen.sequence import create_sequence_sql
 
 
 @dataclass

@@ -31,7 +31,7 @@ from factstream import StreamSpec, StreamTable
 from factstream.config import load_config
 from factstream.db.engine import libpq_url
 from factstream.host.app import Host, freeze_startup_heap
-from factstream.idgen import create_sequence_sql
+from factstream.idgen.sequence import create_sequence_sql
 from factstream.plugin.manager import load_plugins
 
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 import ast
 import inspect
 import itertools
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -395,6 +398,163 @@ def test_the_cycle_check_catches_cycles(tmp_path):
         "pkg.a (line 2) -> pkg.b (line 2) -> pkg.a",
         "pkg.low (line 3) -> pkg.sub.high (line 1) -> pkg.low",
     ]
+
+
+# -- layers ----------------------------------------------------------------------------------------
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def documented_layers(text: str) -> list[tuple[str, list[str]]]:
+    """The layers of docs/architecture.md's "Layers" table, lowest first: ``(name, module names)``.
+
+    Module names are relative to the package (``caches.lru``); ``__init__`` is the package itself.
+    """
+    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")][2:]  # after the header and rule
+    return [(row.split("|")[1].strip(), re.findall(r"`([^`]+)`", row.split("|")[2])) for row in rows]
+
+
+def layer_violations(graph: dict[str, dict[str, int]], layers: list[tuple[str, list[str]]]) -> list[str]:
+    """Imports in ``graph`` (:func:`import_graph`: every import counts, lazy and type-only ones too) that
+    run up ``layers``, and modules that no layer places.
+
+    A module belongs to the layer of the longest listed name that is it or a package above it.
+    Importing a module runs the ``__init__`` of each package above it: that counts as importing the
+    package, unless its ``__init__`` imports nothing, or the importer is inside it already (Python ran
+    it first). The top package's own ``__init__`` (the public API) runs before any module; only its
+    imports are checked.
+    """
+    level = {name: index for index, (_, names) in enumerate(layers) for name in names}
+
+    def layer_of(module: str) -> int | None:
+        parts = module.split(".")[1:] or ["__init__"]
+        for end in range(len(parts), 0, -1):
+            if ".".join(parts[:end]) in level:
+                return level[".".join(parts[:end])]
+        return None
+
+    out = [f"{module} is in no layer (add it to the Layers table)" for module in graph if layer_of(module) is None]
+    for module, edges in sorted(graph.items()):
+        mine = layer_of(module)
+        if mine is None:
+            continue
+        for target, line in sorted(edges.items()):
+            parts = target.split(".")
+            packages = [".".join(parts[:end]) for end in range(2, len(parts))]
+            runs = [target] + [p for p in packages if graph.get(p) and p != module and not module.startswith(p + ".")]
+            for ran in runs:
+                theirs = layer_of(ran)
+                if theirs is not None and theirs > mine:
+                    how = "imports" if ran == target else f"imports {target}, which runs"
+                    out.append(
+                        f"{module} (line {line}, layer {layers[mine][0]}) {how} {ran} (layer {layers[theirs][0]})"
+                    )
+    return out
+
+
+def test_the_layers_table_places_every_core_module_and_names_only_real_ones():
+    layers = documented_layers(ARCHITECTURE.read_text())
+    names = [name for _, layer in layers for name in layer]
+    modules = {module.removeprefix(PUBLIC).lstrip(".") or "__init__" for module in import_graph(CORE)}
+    assert len(layers) > 5
+    assert len(names) == len(set(names)), "a module is listed in two layers"
+    assert [n for n in names if not any(m == n or m.startswith(n + ".") for m in modules)] == []
+
+
+def test_no_core_import_runs_up_the_layers():
+    """Every import of the core (module level, in a function, under TYPE_CHECKING, ``import_module``)
+    goes to its own layer or one below, and so does every package ``__init__`` it runs that imports
+    anything (docs/architecture.md, "Layers")."""
+    violations = layer_violations(import_graph(CORE), documented_layers(ARCHITECTURE.read_text()))
+    for violation in violations:
+        print("layers:", violation)
+    assert violations == []
+
+
+def test_the_layer_check_catches_imports_up_and_through_a_package_init(tmp_path):
+    core = tmp_path / "pkg"
+    for package in ("low", "high", "box", "quiet"):
+        (core / package).mkdir(parents=True)
+    (core / "__init__.py").write_text("from pkg.high.top import T\n")  # runs before every module: exempt
+    (core / "base.py").write_text("def f():\n    from pkg.high import top\n")  # a lazy import counts
+    (core / "low" / "__init__.py").write_text("from pkg.low.a import A\n")
+    (core / "low" / "a.py").write_text("from pkg.quiet.deep import D\nimport pkg.base\n")
+    (core / "low" / "b.py").write_text("from pkg.low import a\n")  # runs its own package: fine
+    (core / "quiet" / "__init__.py").write_text('"""Imports nothing: passing through it costs nothing."""\n')
+    (core / "quiet" / "deep.py").write_text("")
+    (core / "box" / "__init__.py").write_text("from pkg.box.machine import M\n")  # a package that loads a lot
+    (core / "box" / "item.py").write_text("")
+    (core / "box" / "machine.py").write_text("import pkg.high.top\n")
+    (core / "high" / "__init__.py").write_text("")
+    (core / "high" / "top.py").write_text("")
+    (core / "mid.py").write_text("from pkg.low.b import B\nfrom pkg.box.item import I\n")
+    (core / "stray.py").write_text("")
+    layers = [
+        ("bottom", ["base", "quiet", "box.item"]),
+        ("lower", ["low", "mid"]),
+        ("upper", ["high", "box", "__init__"]),
+    ]
+
+    assert layer_violations(import_graph(core), layers) == [
+        "pkg.stray is in no layer (add it to the Layers table)",
+        "pkg.base (line 2, layer bottom) imports pkg.high.top (layer upper)",
+        "pkg.mid (line 2, layer lower) imports pkg.box.item, which runs pkg.box (layer upper)",
+    ]
+
+
+def plugin_packages() -> list[Path]:
+    return sorted(
+        package
+        for root in ("plugins", "tests/plugins", "docs/examples")
+        for package in (ROOT / root).glob("*/factstream_*")
+        if (package / "__init__.py").exists()
+    )
+
+
+@pytest.mark.parametrize("package", plugin_packages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_each_plugin_package_has_no_import_cycles(package):
+    graph = import_graph(package)
+    assert [describe_cycle(cycle, graph) for cycle in import_cycles(graph)] == []
+
+
+def test_the_new_stream_template_renders_a_plugin_without_import_cycles(tmp_path):
+    from factstream.scaffold import StreamPlugin, write_plugin
+
+    write_plugin(StreamPlugin("likes", "who likes what", ("main",), sync=True, export=True), tmp_path / "likes")
+    graph = import_graph(tmp_path / "likes" / "factstream_likes")
+    assert len(graph) > 3
+    assert import_cycles(graph) == []
+
+
+def test_import_factstream_loads_the_plugin_api_and_registers_no_metrics():
+    """``import factstream`` loads what a plugin author needs, not the machinery behind it, and leaves
+    Prometheus' default registry as it was (the host registers the core's collectors when it starts);
+    importing every module of the core registers none either."""
+    script = """
+import importlib, json, pkgutil, sys
+from prometheus_client import REGISTRY
+before = set(REGISTRY._collector_to_names)
+import factstream
+loaded = sorted(m for m in sys.modules if m.startswith("factstream"))
+for module in pkgutil.walk_packages(factstream.__path__, "factstream."):
+    if module.name != "factstream.__main__":
+        importlib.import_module(module.name)
+added = [type(c).__name__ for c in set(REGISTRY._collector_to_names) - before]
+print(json.dumps({"loaded": loaded, "added": added}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    result = json.loads(done.stdout.splitlines()[-1])
+    loaded = set(result["loaded"])
+    assert {f"{PUBLIC}.plugin.api", f"{PUBLIC}.plugin.hookspecs", f"{PUBLIC}.caches.lru"} <= loaded
+    machinery = [
+        m
+        for m in loaded
+        if m.startswith(tuple(f"{PUBLIC}.{p}" for p in ("host", "replication", "sync", "export", "testing", "cli")))
+        or m in {f"{PUBLIC}.idgen.generator", f"{PUBLIC}.caches.registry", f"{PUBLIC}.plugin.manager"}
+    ]
+    assert machinery == []
+    assert result["added"] == []
 
 
 # -- every hook has a test -------------------------------------------------------------------------

@@ -24,7 +24,7 @@ def test_the_plugin_guide_lists_exactly_the_names_in_all() -> None:
 
 
 def test_writer_leases_are_not_public_but_importable_from_idgen() -> None:
-    from factstream.idgen import WriterLeases
+    from factstream.idgen.leases import WriterLeases
 
     assert "WriterLeases" not in factstream.__all__
     assert not hasattr(factstream, "WriterLeases")

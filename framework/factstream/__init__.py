@@ -4,11 +4,14 @@ This module is the public API: what plugins may import. Everything else in the p
 the core and may change between releases.
 """
 
-from factstream.caches import BadKey, LruCache, cached, cached_specs
+from factstream.caches.cached import cached, cached_specs
+from factstream.caches.keys import BadKey
+from factstream.caches.lru import LruCache
+from factstream.config import HostSettings
 from factstream.db.database import Database, Transaction
 from factstream.db.metadata import metadata
 from factstream.errors import ConfigError, DatabaseError, FactstreamError, MigrationError, PluginError
-from factstream.idgen.generator import IdGeneratorError
+from factstream.idgen.errors import IdGeneratorError
 from factstream.migration_ops import create_stream_sequence, drop_stream_sequence
 from factstream.plugin.api import Caches, HostApi, StreamWriter
 from factstream.plugin.hookspecs import hookimpl, hookspec
@@ -45,6 +48,7 @@ __all__ = [
     "ExportJobSpec",
     "FactstreamError",
     "HostApi",
+    "HostSettings",
     "HttpError",
     "IdGeneratorError",
     "InvalidationSpec",

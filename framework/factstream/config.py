@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from factstream.errors import ConfigError
-from factstream.plugin.names import NAME_RE
+from factstream.names import NAME_RE
 
 DEFAULT_CONFIG_FILE = "factstream.yaml"
 ENV_PREFIX = "FACTSTREAM_"
@@ -277,6 +277,37 @@ class Settings(BaseSettings):
     def main_instance(self) -> str:
         """The instance that runs the TCP replication server and owns unconfigured streams."""
         return next(iter(self.instance_map), self.instance_name) if self.instance_map else self.instance_name
+
+
+class HostSettings:
+    """The part of the core configuration a plugin may read: ``host.settings`` (:class:`~factstream.HostApi`).
+
+    A read-only view of the host's :class:`Settings`, not the settings themselves. A plugin gets what
+    it has a use for (the deployment's name, a stream's writers, the caches stream's retention), so
+    the rest of the configuration may change shape between releases without breaking plugins, and
+    its secrets (the replication secret, the bearer tokens, a database URL with its password) are
+    not handed to every plugin. A plugin's own settings come from ``host.plugin_settings(Model)``.
+    """
+
+    __slots__ = ("_settings",)
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+
+    @property
+    def deployment(self) -> str:
+        """The deployment's name (``deployment``): the server name, also the Redis channel."""
+        return self._settings.deployment
+
+    @property
+    def caches(self) -> CachesConfig:
+        """The caches stream's retention (``caches``: ``retention_seconds``, ``retention_batch_ids``,
+        ``retention_interval_seconds``), read by the bundled ``caches`` plugin."""
+        return self._settings.caches
+
+    def writers_for(self, stream: str) -> list[str]:
+        """The instances configured to write ``stream`` (``stream_writers``); by default the main one."""
+        return self._settings.writers_for(stream)
 
 
 def resolve_config_path(path: Path | str | None, environ: Mapping[str, str] | None = None) -> Path | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from factstream.idgen.sequence import create_sequence_sql
-from factstream.plugin.specs import check_name
+from factstream.names import check_name
 
 
 def create_stream_sequence(name: str) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from factstream.plugin.names import check_name
+from factstream.names import check_name
 from factstream.resources import migrations_dir, templates_dir
 
 #: Files rendered only when an option is on: template path -> the option.

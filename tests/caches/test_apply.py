@@ -9,8 +9,9 @@ import msgspec
 import pytest
 
 from factstream import CacheSpec, InvalidationSpec
-from factstream.caches import MEMBERS_PER_ROW, CacheRegistry, room_state_rows
 from factstream.caches.apply import InvalidationApplier
+from factstream.caches.invalidate import MEMBERS_PER_ROW, room_state_rows
+from factstream.caches.registry import CacheRegistry
 
 
 class Row(msgspec.Struct, frozen=True):

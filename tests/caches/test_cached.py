@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from factstream import BadKey, CacheSpec, cached, cached_specs
-from factstream.caches import CacheRegistry
+from factstream.caches.registry import CacheRegistry
 from factstream.errors import FactstreamError
 
 

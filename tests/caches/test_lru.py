@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from factstream.caches import LruCache
+from factstream.caches.lru import LruCache
 
 
 def test_the_least_recently_used_entry_is_evicted_beyond_max_size():

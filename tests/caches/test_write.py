@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from factstream import CacheSpec, Database
-from factstream.caches import CacheRegistry
 from factstream.caches.apply import InvalidationApplier
+from factstream.caches.registry import CacheRegistry
 from factstream.db.engine import libpq_url
 from factstream.errors import FactstreamError
 

@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from factstream import Database, StreamSpec
-from factstream.idgen import MultiWriterIdGenerator, WriterLeases
+from factstream.idgen.generator import MultiWriterIdGenerator
+from factstream.idgen.leases import WriterLeases
 
 
 class Writer:

@@ -9,7 +9,9 @@ import pytest
 
 from factstream.db.database import Database
 from factstream.db.engine import libpq_url
-from factstream.idgen import MultiWriterIdGenerator, WriterLeases, create_sequence_sql
+from factstream.idgen.generator import MultiWriterIdGenerator
+from factstream.idgen.leases import WriterLeases
+from factstream.idgen.sequence import create_sequence_sql
 
 
 def create_stream_schema(url: str, *tables: str, sequence: str = "facts_seq") -> None:

@@ -19,7 +19,8 @@ import pytest
 from sqlalchemy import text
 
 from factstream.db.database import Database
-from factstream.idgen import MultiWriterIdGenerator, WriterLeases
+from factstream.idgen.generator import MultiWriterIdGenerator
+from factstream.idgen.leases import WriterLeases
 
 WRITER = Path(__file__).with_name("writer_process.py")
 WRITERS = ["w1", "w2", "w3"]

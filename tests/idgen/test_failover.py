@@ -23,7 +23,8 @@ from prometheus_client import REGISTRY, generate_latest
 
 from factstream.db.database import Database
 from factstream.db.engine import libpq_url
-from factstream.idgen import IdGeneratorError, MultiWriterIdGenerator
+from factstream.idgen.errors import IdGeneratorError
+from factstream.idgen.generator import MultiWriterIdGenerator
 from tests.idgen.conftest import GeneratorFactory
 
 MARGIN = 100

@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY, generate_latest
 from sqlalchemy import text
 
 from factstream.db.engine import libpq_url
-from factstream.idgen import IdGeneratorError
+from factstream.idgen.errors import IdGeneratorError
 from tests.idgen.conftest import create_stream_schema
 
 INSERT = text("INSERT INTO facts (stream_id, instance_name, payload) VALUES (:id, :inst, :p)")
@@ -271,7 +271,7 @@ async def test_advance_never_moves_a_position_backwards(make_gen):
 
 
 async def test_generator_needs_its_sequence(db, stream_db):
-    from factstream.idgen import MultiWriterIdGenerator
+    from factstream.idgen.generator import MultiWriterIdGenerator
 
     gen = MultiWriterIdGenerator(
         db,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from factstream.db.database import Database
-from factstream.idgen import WriterLeases
+from factstream.idgen.leases import WriterLeases
 
 #: The race lost about one claim in ten on an idle machine, more under load.
 ROUNDS = 100

@@ -16,7 +16,8 @@ import sys
 from sqlalchemy import text
 
 from factstream.db.database import Database
-from factstream.idgen import MultiWriterIdGenerator, WriterLeases
+from factstream.idgen.generator import MultiWriterIdGenerator
+from factstream.idgen.leases import WriterLeases
 
 
 class Rollback(Exception):

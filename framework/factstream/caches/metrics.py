@@ -1,7 +1,9 @@
 """Prometheus metrics of the caches, read from the live registries at scrape time.
 
 Lookups only bump plain integers on the cache (see :mod:`factstream.caches.lru`); this collector
-turns them into counters labelled by cache and instance when Prometheus scrapes.
+turns them into counters labelled by cache and instance when Prometheus scrapes. It is registered
+when the first cache registry is made (:func:`track`) or a host starts (:func:`register`), not when
+this module is imported (see :mod:`factstream.metrics`).
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from factstream import metrics
 from factstream.caches.lru import LruCache
 
 
@@ -32,6 +34,7 @@ _live: weakref.WeakSet[MeteredCaches] = weakref.WeakSet()
 
 
 def track(registry: MeteredCaches) -> None:
+    register()
     _live.add(registry)
 
 
@@ -60,4 +63,9 @@ class _CacheCollector(Collector):
         yield from (hits, misses, evictions, invalidations, size)
 
 
-REGISTRY.register(_CacheCollector())
+_COLLECTOR = _CacheCollector()
+
+
+def register() -> None:
+    """Register the caches' collector in the default registry (once per process)."""
+    metrics.register(_COLLECTOR)

@@ -59,9 +59,19 @@ async def execute(conn: Connection, statement: str | ClauseElement, params: Mapp
 
 
 class Transaction:
-    """An open transaction: run statements; register what must happen once it ends."""
+    """An open transaction: run statements; register what must happen once it ends.
+
+    ``conn`` is public (plugins use it, see docs/writing-plugins.md): the transaction's psycopg
+    ``AsyncConnection``, for what :meth:`execute` does not offer, such as pipeline mode
+    (``async with txn.conn.pipeline():``, several statements in one round trip), binary cursors,
+    ``executemany`` or ``COPY``. The transaction's outcome belongs to the block that opened it
+    (:meth:`Database.transaction`): code given a transaction never commits, rolls back, closes
+    ``conn`` or changes its autocommit or isolation, or the completion callbacks would be told the
+    wrong outcome; :meth:`execute_and_commit` is the one way to commit early.
+    """
 
     def __init__(self, conn: Connection) -> None:
+        #: The transaction's psycopg connection (see the class docstring for what may be done with it).
         self.conn = conn
         self._on_complete: list[Completion] = []
         self._after_commit: list[Callable[[], None]] = []

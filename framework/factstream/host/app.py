@@ -22,10 +22,11 @@ import signal
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from factstream import metrics
+from factstream.caches import metrics as cache_metrics
 from factstream.caches.invalidate import CACHES_STREAM
 from factstream.caches.registry import CacheRegistry
 from factstream.config import Settings
@@ -36,6 +37,7 @@ from factstream.host.auth import TokenAuthenticator
 from factstream.host.facade import HostFacade, load_plugin_settings
 from factstream.host.pipeline import LocalRows, ReaderPipeline
 from factstream.host.server import HttpServer
+from factstream.idgen import metrics as idgen_metrics
 from factstream.idgen.generator import MultiWriterIdGenerator
 from factstream.idgen.leases import WriterLeases
 from factstream.plugin.manager import PluginHost
@@ -43,6 +45,7 @@ from factstream.replication.handler import ReplicationHandler
 from factstream.replication.stream import ReplicatedStream
 from factstream.replication.streamer import ReplicationStreamer
 from factstream.replication.transport import Transport, make_transport
+from factstream.sync.notifier import register_metrics as register_notifier_metrics
 from factstream.sync.service import SyncService
 
 log = logging.getLogger(__name__)
@@ -110,6 +113,7 @@ class Host:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        register_metrics()
         settings = self.settings
         registry = self.plugins.registry
         unknown = sorted(set(settings.stream_writers) - set(registry.streams.names()))
@@ -303,4 +307,13 @@ class _FrozenHeapCollector(Collector):
         )
 
 
-REGISTRY.register(_FrozenHeapCollector())
+_FROZEN_HEAP = _FrozenHeapCollector()
+
+
+def register_metrics() -> None:
+    """Register every collector of the core in the default registry: a host's ``/metrics`` shows them
+    all from its start. Importing the modules registers none (see :mod:`factstream.metrics`)."""
+    idgen_metrics.register()
+    cache_metrics.register()
+    register_notifier_metrics()
+    metrics.register(_FROZEN_HEAP)

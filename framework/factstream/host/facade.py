@@ -17,7 +17,7 @@ import msgspec
 from pydantic import BaseModel, ValidationError
 
 from factstream.caches.registry import CacheRegistry
-from factstream.config import ENV_PREFIX, Settings
+from factstream.config import ENV_PREFIX, HostSettings, Settings
 from factstream.db.database import Database, Transaction
 from factstream.errors import ConfigError, FactstreamError
 from factstream.idgen.generator import IdGeneratorError
@@ -225,6 +225,7 @@ class HostFacade(HostApi):
         self._host = host
         self._hooks = host.plugins
         self._plugin_settings = dict(plugin_settings)
+        self._settings = HostSettings(host.settings)
         self._state: dict[object, object] = {}
         self._writers: dict[str, TableStreamWriter[Any]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -240,8 +241,8 @@ class HostFacade(HostApi):
         return self._host.settings.main_instance
 
     @property
-    def settings(self) -> Settings:
-        return self._host.settings
+    def settings(self) -> HostSettings:
+        return self._settings
 
     @property
     def caches(self) -> CacheRegistry:

@@ -1,14 +1,14 @@
-"""Stream ID generators: reserving IDs, tracking completion, positions and the watermark."""
+"""Stream ID generators: reserving IDs, tracking completion, positions and the watermark.
 
-from factstream.idgen.generator import IdGeneratorError, MultiWriterIdGenerator
-from factstream.idgen.leases import WriterLeases
-from factstream.idgen.positions import PositionTracker
-from factstream.idgen.sequence import create_sequence_sql
+* :mod:`~factstream.idgen.generator`: ``MultiWriterIdGenerator``, one stream's generator;
+* :mod:`~factstream.idgen.errors`: ``IdGeneratorError`` (public, as ``factstream.IdGeneratorError``);
+* :mod:`~factstream.idgen.sequence`: the stream's PostgreSQL sequence (``create_sequence_sql``);
+* :mod:`~factstream.idgen.leases`: ``WriterLeases``, which instances are alive as writers;
+* :mod:`~factstream.idgen.positions`: the position-tracking state machine (``PositionTracker``);
+* the generator's parts: ``append`` (the INSERT that reserves IDs), ``capture`` (how replication
+  receives a writer's rows), ``durable`` (reading the durable state, repairing the sequence),
+  ``recovery`` (the start-up state), ``persist`` (writing this process's position) and ``metrics``.
 
-__all__ = [
-    "IdGeneratorError",
-    "MultiWriterIdGenerator",
-    "PositionTracker",
-    "WriterLeases",
-    "create_sequence_sql",
-]
+This package's ``__init__`` imports nothing, so ``import factstream`` (which needs only the error type
+and the sequence helper) does not load the generator.
+"""

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from factstream.db.database import Connection
-from factstream.plugin.specs import check_name
+from factstream.names import check_name
 from factstream.plugin.streams import StreamTable
 
 

@@ -32,7 +32,7 @@ from factstream.idgen.persist import PositionPersister, upsert_position_sql
 from factstream.idgen.positions import PositionTracker
 from factstream.idgen.recovery import initial_tracker, plan_sequence_repair
 from factstream.idgen.sequence import PostgresSequence
-from factstream.plugin.specs import check_name
+from factstream.names import check_name
 from factstream.plugin.streams import StreamTable
 
 if TYPE_CHECKING:

@@ -1,4 +1,8 @@
-"""Prometheus metrics of the ID generators, read from the live generators at scrape time."""
+"""Prometheus metrics of the ID generators, read from the live generators at scrape time.
+
+Registered when the first generator starts (:func:`track`) or a host starts (:func:`register`),
+not when this module is imported (see :mod:`factstream.metrics`).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,11 @@ import weakref
 from collections.abc import Iterator
 from typing import Protocol
 
-from prometheus_client import REGISTRY, Counter
+from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from factstream import metrics
 from factstream.idgen.positions import PositionTracker
 
 
@@ -35,6 +40,7 @@ SEQUENCE_REPAIRS = Counter(
     "factstream_sequence_repairs",
     "Times a stream sequence was found behind IDs already used and moved forward (at start-up or while running)",
     ["stream"],
+    registry=None,
 )
 
 #: Counted with a repair (so also in ``SEQUENCE_REPAIRS``) each time a running writer refuses IDs.
@@ -43,6 +49,7 @@ SEQUENCE_REISSUES = Counter(
     "Times a running writer was handed a stream ID at or below one it had already seen allocated "
     "(the sequence went back, as after a failover), refused it, repaired the sequence and retried",
     ["stream"],
+    registry=None,
 )
 
 
@@ -53,6 +60,7 @@ def count_stream(stream: str) -> None:
 
 
 def track(gen: MeteredGenerator) -> None:
+    register()
     _live.add(gen)
 
 
@@ -89,4 +97,9 @@ class _GeneratorCollector(Collector):
         yield from (position, watermark, unfinished, in_flight)
 
 
-REGISTRY.register(_GeneratorCollector())
+_COLLECTOR = _GeneratorCollector()
+
+
+def register() -> None:
+    """Register the generators' collector and counters in the default registry (once per process)."""
+    metrics.register(_COLLECTOR, SEQUENCE_REPAIRS, SEQUENCE_REISSUES)

@@ -9,7 +9,7 @@ when other processes reserve at the same time.
 from __future__ import annotations
 
 from factstream.db.database import Connection
-from factstream.plugin.specs import check_name
+from factstream.names import check_name
 
 
 class PostgresSequence:

@@ -8,8 +8,8 @@ relies on internals that change between releases.
 
 What a plugin gets, and the rules it can rely on:
 
-* **Who runs**: ``instance_name``, ``main_instance``, ``writes(stream)`` and ``settings`` (the
-  core configuration, read-only).
+* **Who runs**: ``instance_name``, ``main_instance``, ``writes(stream)`` and ``settings`` (what
+  plugins may read of the core configuration: :class:`~factstream.HostSettings`).
 * **Storage**: ``database()`` (transactions, queries) and ``caches`` (named caches, invalidation).
 * **Writing a stream**: ``stream(name, RowType)`` returns a typed :class:`StreamWriter`. Appending
   through it reserves the stream ID inside the caller's transaction; when the transaction commits, the
@@ -36,7 +36,7 @@ import msgspec
 from pydantic import BaseModel
 
 from factstream.caches.lru import LruCache
-from factstream.config import Settings
+from factstream.config import HostSettings
 from factstream.db.database import Database, Transaction
 
 RowT = TypeVar("RowT", bound=msgspec.Struct)
@@ -167,8 +167,8 @@ class HostApi(Protocol):
         ...
 
     @property
-    def settings(self) -> Settings:
-        """The host's core configuration (read-only)."""
+    def settings(self) -> HostSettings:
+        """The part of the core configuration plugins may read (:class:`~factstream.HostSettings`)."""
         ...
 
     @property

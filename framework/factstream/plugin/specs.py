@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from factstream.plugin.names import NAME_RE as NAME_RE
-from factstream.plugin.names import check_name as check_name
+from factstream.names import check_name
 
 if TYPE_CHECKING:
     from starlette.requests import Request

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from factstream.plugin.specs import check_name
+from factstream.names import check_name
 
 if TYPE_CHECKING:
     from factstream.db.database import Database

@@ -35,6 +35,7 @@ from typing import Generic, TypeVar
 
 from prometheus_client import Counter, Gauge
 
+from factstream import metrics
 from factstream.sync.stream_token import StreamToken, TokenValue
 
 log = logging.getLogger(__name__)
@@ -44,10 +45,16 @@ R = TypeVar("R")
 #: A sync handler's work for one range: ``(prev, current) -> result``; falsy means nothing new.
 WaitCallback = Callable[[StreamToken, StreamToken], Awaitable[R]]
 
-OPEN_WAITS = Gauge("factstream_sync_open_waits", "Requests waiting in Notifier.wait_for_events")
-WAKEUPS = Counter("factstream_sync_wakeups", "Waiting requests woken by Notifier.on_new_event")
+#: Registered by :func:`register_metrics` when a host starts, not on import (see :mod:`factstream.metrics`).
+OPEN_WAITS = Gauge("factstream_sync_open_waits", "Requests waiting in Notifier.wait_for_events", registry=None)
+WAKEUPS = Counter("factstream_sync_wakeups", "Waiting requests woken by Notifier.on_new_event", registry=None)
 
 DEFAULT_IDLE_EXPIRY = 600.0
+
+
+def register_metrics() -> None:
+    """Register the notifier's gauge and counter in the default registry (once per process)."""
+    metrics.register(OPEN_WAITS, WAKEUPS)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ Built on factstream's public API only, exactly as a third-party plugin would be:
 * tables in the migration branch ``events`` (``factstream_events.migrations``);
 * the Python API ``host.state(EventsStore)`` (``factstream_events.store``) and its reads
   (``factstream_events.reads``); HTTP routes (``factstream_events.routes``);
+* caches: the change caches of ``Timeline`` and the caches of immutable facts
+  (``factstream_events.caches``), all registered, so all in ``host.caches`` and on ``/metrics``;
 * hooks for other plugins, ``resolve_state`` and ``check_local_event`` (``factstream_events.hookspecs``),
   with this plugin's defaults registered last;
 * settings ``plugins.events`` (``factstream_events.settings``).
@@ -30,6 +32,7 @@ from factstream import (
     cached_specs,
 )
 from factstream_events import censor, hookspecs
+from factstream_events.caches import IMMUTABLE_CACHES
 from factstream_events.policy import RoomFacts, check
 from factstream_events.routes import ROUTES
 from factstream_events.rows import (
@@ -78,7 +81,7 @@ def register_streams(register: Callable[[StreamSpec], None]) -> None:
 
 @factstream.hookimpl
 def register_caches(register: Callable[[CacheSpec], None]) -> None:
-    for spec in cached_specs(Timeline):
+    for spec in (*cached_specs(Timeline), *IMMUTABLE_CACHES):
         register(spec)
 
 

@@ -21,6 +21,7 @@ import msgspec
 from psycopg import AsyncConnection
 
 from factstream import HostApi, LruCache
+from factstream_events.caches import MEMBER_AT_GROUP, MEMBER_EVENT_MEMBERSHIP, REPLACES_STATE, ROOM_VERSIONS
 from factstream_events.canonical import parse_event_json
 from factstream_events.errors import Forbidden, InvalidParam, UnknownEvent, UnknownRoom
 from factstream_events.prune import prune_event
@@ -147,12 +148,12 @@ class Reads:
         self.host = host
         self.states = states
         #: Room versions never change: kept (bounded), one query per room and process at most.
-        self._versions: LruCache[str] = LruCache("events_room_versions", 100_000)
-        self._memberships: LruCache[str | None] = LruCache("events_member_event_membership", 100_000)
+        self._versions: LruCache[str] = host.caches.get(ROOM_VERSIONS)
+        self._memberships: LruCache[str | None] = host.caches.get(MEMBER_EVENT_MEMBERSHIP)
         #: The state event each state event replaced (None: none); immutable, like the state before it.
-        self._replaces: LruCache[str | None] = LruCache("events_replaces_state", 100_000)
+        self._replaces: LruCache[str | None] = host.caches.get(REPLACES_STATE)
         #: A user's member event in a state group (None: none); groups never change.
-        self._member_at: LruCache[str | None] = LruCache("events_member_at_group", 100_000)
+        self._member_at: LruCache[str | None] = host.caches.get(MEMBER_AT_GROUP)
 
     # -- helpers ---------------------------------------------------------------------------------
 

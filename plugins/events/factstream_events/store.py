@@ -25,6 +25,7 @@ import psycopg
 
 from factstream import HostApi, LruCache
 from factstream_events.batch import NewEvent, Persisted, now_ms
+from factstream_events.caches import ROOM_CREATORS, STATE_CONTENTS
 from factstream_events.canonical import CanonicalJsonError, EventJsonError, parse_event_json
 from factstream_events.contentrules import HISTORY_VISIBILITIES
 from factstream_events.create import MAX_SAFE_INTEGER, Draft, EventCreator
@@ -88,9 +89,9 @@ class EventsStore:
         self.reads = Reads(host, self.states)
         self.timeline = Timeline(host, self.reads)
         #: Contents of state events (immutable): a bounded cache.
-        self._contents: LruCache[Mapping[str, Any]] = LruCache("events_state_contents", 100_000)
+        self._contents: LruCache[Mapping[str, Any]] = host.caches.get(STATE_CONTENTS)
         #: The creator each create event names, by its ID (immutable): ``(creator or None,)``.
-        self._creators: LruCache[tuple[str | None]] = LruCache("events_room_creators", 100_000)
+        self._creators: LruCache[tuple[str | None]] = host.caches.get(ROOM_CREATORS)
         self.creator = EventCreator(self.reads, self._policy, self._contents, self._creators)
 
     # -- hooks -------------------------------------------------------------------------------------
