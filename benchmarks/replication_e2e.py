@@ -27,7 +27,7 @@ import msgspec
 import psycopg
 
 import factstream
-from factstream import StreamSpec, StreamTable
+from factstream import RegisterStream, StreamSpec, StreamTable
 from factstream.config import load_config
 from factstream.db.engine import libpq_url
 from factstream.host.app import Host, freeze_startup_heap
@@ -46,7 +46,7 @@ class Probe:
         self.callback: Callable[[str, int, list[Any]], None] | None = None
 
     @factstream.hookimpl
-    def register_streams(self, register: Callable[[StreamSpec], None]) -> None:
+    def register_streams(self, register: RegisterStream) -> None:
         register(
             StreamSpec(
                 name="bench_e2e", row_type=BenchRow, tables=(StreamTable("bench_e2e", "instance_name", "stream_id"),)

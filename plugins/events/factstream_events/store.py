@@ -26,6 +26,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from factstream import HostApi, LruCache
+from factstream_events import hookspecs
 from factstream_events.canonical import CanonicalJsonError, EventJsonError, canonical_json, parse_event_json
 from factstream_events.contentrules import HISTORY_VISIBILITIES, check_local_content
 from factstream_events.errors import EventConflict, Forbidden, InvalidEvent, UnknownEvent, UnknownRoom
@@ -113,11 +114,15 @@ class EventsStore:
     # -- hooks -------------------------------------------------------------------------------------
 
     async def _resolve(self, room_id: str, room_version: str, states: Sequence[State]) -> State:
-        answer = await self.host.call_first("resolve_state", room_id=room_id, room_version=room_version, states=states)
+        answer = await self.host.call_first(
+            hookspecs.resolve_state, room_id=room_id, room_version=room_version, states=states
+        )
         return default_resolve(states) if answer is None else answer
 
     async def _policy(self, room_id: str, event: Mapping[str, Any], state: State, facts: RoomFacts) -> str | None:
-        answer = await self.host.call_first("check_local_event", room_id=room_id, event=event, state=state, facts=facts)
+        answer = await self.host.call_first(
+            hookspecs.check_local_event, room_id=room_id, event=event, state=state, facts=facts
+        )
         if answer is None or answer is True:
             return None
         return answer if isinstance(answer, str) and answer else "the local policy refused the event"
