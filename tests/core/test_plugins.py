@@ -298,6 +298,19 @@ ROWS_LOG = """
 """
 
 
+#: A module the next plugins share: the ``notes`` stream's spec and a log of their calls.
+ORDER_LOG = """
+    import msgspec
+    from factstream import StreamSpec, StreamTable
+
+    class Note(msgspec.Struct):
+        text: str
+
+    NOTES = StreamSpec(name="notes", row_type=Note, tables=(StreamTable("notes", "instance_name", "stream_id"),))
+    log = []
+"""
+
+
 def _notes_handlers(host: object | None = None):
     """The ``notes`` stream's handlers of the installed plugins, bound to a stand-in host."""
     return load_plugins().rows_handlers(object() if host is None else host)["notes"]
@@ -368,17 +381,7 @@ async def test_an_async_handler_finishes_before_the_next_plugin_sees_the_rows(pl
         def register_rows_handlers(register):
             register(RowsHandlerSpec(stream=NOTES, handler=handle))
     """
-    shared = """
-        import msgspec
-        from factstream import StreamSpec, StreamTable
-
-        class Note(msgspec.Struct):
-            text: str
-
-        NOTES = StreamSpec(name="notes", row_type=Note, tables=(StreamTable("notes", "instance_name", "stream_id"),))
-        log = []
-    """
-    plugin_installer.from_source("order_log", shared)
+    plugin_installer.from_source("order_log", ORDER_LOG)
     plugin_installer.from_source("slow", order)
     plugin_installer.from_source("quick", quick)
     handlers = _notes_handlers()
@@ -453,17 +456,7 @@ async def test_local_and_the_host_reach_every_handler(plugin_installer: PluginIn
         def register_rows_handlers(register):
             register(RowsHandlerSpec(stream=NOTES, handler=handle))
     """
-    shared = """
-        import msgspec
-        from factstream import StreamSpec, StreamTable
-
-        class Note(msgspec.Struct):
-            text: str
-
-        NOTES = StreamSpec(name="notes", row_type=Note, tables=(StreamTable("notes", "instance_name", "stream_id"),))
-        log = []
-    """
-    plugin_installer.from_source("order_log", shared)
+    plugin_installer.from_source("order_log", ORDER_LOG)
     plugin_installer.from_source("first", both.replace("{name}", "first"))
     plugin_installer.from_source("second", both.replace("{name}", "second"))
     handlers = _notes_handlers("the-host")
