@@ -57,7 +57,7 @@ class Feeder:
         self.expect = 0
         self.arrived: asyncio.Event | None = None
 
-    def on_rows(self, _instance: str, token: int, rows: Sequence[Any]) -> None:
+    def rows_arrived(self, _instance: str, token: int, rows: Sequence[Any]) -> None:
         self.last = token
         self.rows += len(rows)
         if token == self.expect and self.arrived is not None:
@@ -88,7 +88,7 @@ async def _wait_following(host: Any, poke: Any = None) -> None:
 async def measure(url: str, redis_url: str | None, secret: str | None, total: int, size: int, profile: bool) -> str:
     feeder = Feeder()
     probe = Probe()
-    probe.callback = feeder.on_rows
+    probe.callback = feeder.rows_arrived
     port = free_port()
     deployment = f"readerpath{port}"
     names = ["main", "r1"]

@@ -119,12 +119,12 @@ async def latency(
     committed: dict[int, float] = {}
     delays: list[float] = []
 
-    def on_rows(_instance: str, token: int, _rows: Sequence[Any]) -> None:
+    def rows_arrived(_instance: str, token: int, _rows: Sequence[Any]) -> None:
         sent = committed.get(token)
         if sent is not None:
             delays.append(time.perf_counter() - sent)
 
-    probe.callback = on_rows
+    probe.callback = rows_arrived
     async with cluster(url, redis_url, 1, probe, secret) as (main, _reader):
         gen = main.id_generator("bench_e2e")
         db = main.database()
@@ -166,11 +166,11 @@ def _reader_process(
     probe = Probe()
     last = [0, 0.0]  # the token of the latest rows handler call, and when it came
 
-    def on_rows(_instance: str, token: int, _rows: Sequence[Any]) -> None:
+    def rows_arrived(_instance: str, token: int, _rows: Sequence[Any]) -> None:
         last[0] = token
         last[1] = time.time()
 
-    probe.callback = on_rows
+    probe.callback = rows_arrived
 
     async def position(host: Host) -> int:
         return host.id_generator("bench_e2e").get_current_token_for_writer("main")
@@ -320,10 +320,10 @@ async def catch_up(url: str, redis_url: str | None, facts: int) -> float:
     probe = Probe()
     count = [0]
 
-    def on_rows(_instance: str, _token: int, rows: Sequence[Any]) -> None:
+    def rows_arrived(_instance: str, _token: int, rows: Sequence[Any]) -> None:
         count[0] += len(rows)
 
-    probe.callback = on_rows
+    probe.callback = rows_arrived
     async with cluster(url, redis_url, 1, probe) as (main, reader):
         await reader.disconnect_replication()
         gen = main.id_generator("bench_e2e")
