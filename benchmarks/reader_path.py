@@ -1,11 +1,11 @@
 """One reader's CPU per row, in process: ``uv run python benchmarks/reader_path.py [--transport T] [--profile]``.
 
-A real reader ``Host`` (the benchmark stream and its ``on_rows`` probe, as in ``replication_e2e``, with
+A real reader ``Host`` (the benchmark stream and its rows handler probe, as in ``replication_e2e``, with
 every installed plugin loaded, as there) is fed RDATA runs of plain rows of one stream by a fake writer
 in the same event loop: over TCP (a fake replication server on loopback) or over Redis (the fake
 writer publishes packed messages, as factstream writers do; signed for ``redis+secret``). Each
 chunk (``--chunk`` rows, 190 by default: what the real writer sends per pass at full speed) is sent
-once the reader's ``on_rows`` has had the previous one, so the reader reads every chunk alone, as it
+once the reader's rows handler has had the previous one, so the reader reads every chunk alone, as it
 does behind a busy writer. Printed: CPU µs per row of this process (``time.process_time``: the fake
 writer's share is a socket write or a ``PUBLISH`` per chunk; Redis itself is another process), and
 wall µs per row.
@@ -23,6 +23,7 @@ import os
 import pstats
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def chunks(first: int, total: int, size: int, end: bytes) -> list[tuple[int, lis
 
 
 class Feeder:
-    """Counts what the reader's ``on_rows`` got, and wakes the fake writer at the end of a chunk."""
+    """Counts what the reader's rows handler got, and wakes the fake writer at the end of a chunk."""
 
     def __init__(self) -> None:
         self.last = 0
@@ -56,7 +57,7 @@ class Feeder:
         self.expect = 0
         self.arrived: asyncio.Event | None = None
 
-    def on_rows(self, _instance: str, token: int, rows: list[Any]) -> None:
+    def rows_arrived(self, _instance: str, token: int, rows: Sequence[Any]) -> None:
         self.last = token
         self.rows += len(rows)
         if token == self.expect and self.arrived is not None:
@@ -71,7 +72,7 @@ class Feeder:
             try:
                 await asyncio.wait_for(self.arrived.wait(), 30)
             except TimeoutError:
-                raise RuntimeError(f"the reader's on_rows stopped at {self.last} (waiting for {last})") from None
+                raise RuntimeError(f"the reader's rows handler stopped at {self.last} (waiting for {last})") from None
 
 
 async def _wait_following(host: Any, poke: Any = None) -> None:
@@ -87,7 +88,7 @@ async def _wait_following(host: Any, poke: Any = None) -> None:
 async def measure(url: str, redis_url: str | None, secret: str | None, total: int, size: int, profile: bool) -> str:
     feeder = Feeder()
     probe = Probe()
-    probe.callback = feeder.on_rows
+    probe.callback = feeder.rows_arrived
     port = free_port()
     deployment = f"readerpath{port}"
     names = ["main", "r1"]
@@ -160,7 +161,7 @@ async def measure(url: str, redis_url: str | None, secret: str | None, total: in
             server.close()
         if publisher is not None:
             publisher.close()
-    assert feeder.rows == total, f"on_rows saw {feeder.rows} of {total} rows"
+    assert feeder.rows == total, f"the rows handler saw {feeder.rows} of {total} rows"
     if profiler is not None:
         stats = pstats.Stats(profiler)
         stats.sort_stats("tottime").print_stats(25)

@@ -4,7 +4,7 @@ The hosts are real ``Host`` objects (the same code ``factstream run`` runs). For
 writer and reader share one event loop (so both compete for one core); for throughput each reader
 runs in its own process:
 
-* latency: one fact per transaction at 1,000 facts/s; the reader's ``on_rows`` records the delay
+* latency: one fact per transaction at 1,000 facts/s; the reader's rows handler records the delay
   from the writer's COMMIT returning to the rows reaching it (p50, p99);
 * throughput: the writer appends batches of 100 as fast as it can, in phases that alternate between
   no reader connected (the baseline) and two readers connected, each in its own process; facts/s
@@ -20,14 +20,14 @@ import contextlib
 import socket
 import statistics
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import msgspec
 import psycopg
 
 import factstream
-from factstream import StreamSpec, StreamTable
+from factstream import RegisterRowsHandler, RegisterStream, RowsHandlerSpec, StreamSpec, StreamTable
 from factstream.config import load_config
 from factstream.db.engine import libpq_url
 from factstream.host.app import Host, freeze_startup_heap
@@ -39,22 +39,26 @@ class BenchRow(msgspec.Struct, frozen=True):
     key: str
 
 
+BENCH_STREAM = StreamSpec(
+    name="bench_e2e", row_type=BenchRow, tables=(StreamTable("bench_e2e", "instance_name", "stream_id"),)
+)
+
+
 class Probe:
-    """A plugin (registered in-process) with the benchmark stream and a row callback."""
+    """A plugin (registered in-process) with the benchmark stream and a rows handler calling ``callback``."""
 
     def __init__(self) -> None:
-        self.callback: Callable[[str, int, list[Any]], None] | None = None
+        self.callback: Callable[[str, int, Sequence[Any]], None] | None = None
 
     @factstream.hookimpl
-    def register_streams(self, register: Callable[[StreamSpec], None]) -> None:
-        register(
-            StreamSpec(
-                name="bench_e2e", row_type=BenchRow, tables=(StreamTable("bench_e2e", "instance_name", "stream_id"),)
-            )
-        )
+    def register_streams(self, register: RegisterStream) -> None:
+        register(BENCH_STREAM)
 
     @factstream.hookimpl
-    def on_rows(self, host: Any, stream: str, instance: str, token: int, rows: list[Any]) -> None:
+    def register_rows_handlers(self, register: RegisterRowsHandler) -> None:
+        register(RowsHandlerSpec(stream=BENCH_STREAM, handler=self.handle))
+
+    def handle(self, host: Any, instance: str, token: int, rows: Sequence[BenchRow], local: bool) -> None:
         if self.callback is not None:
             self.callback(host.instance_name, token, rows)
 
@@ -115,12 +119,12 @@ async def latency(
     committed: dict[int, float] = {}
     delays: list[float] = []
 
-    def on_rows(_instance: str, token: int, _rows: list[Any]) -> None:
+    def rows_arrived(_instance: str, token: int, _rows: Sequence[Any]) -> None:
         sent = committed.get(token)
         if sent is not None:
             delays.append(time.perf_counter() - sent)
 
-    probe.callback = on_rows
+    probe.callback = rows_arrived
     async with cluster(url, redis_url, 1, probe, secret) as (main, _reader):
         gen = main.id_generator("bench_e2e")
         db = main.database()
@@ -156,17 +160,17 @@ def _reader_process(
 
     Commands: ``("disconnect",)`` drops its replication link; ``("connect", token)`` reconnects and
     answers once it has caught up to ``token``; ``("wait", token)`` answers with the wall-clock time
-    at which the rows of ``token`` reached its ``on_rows`` (waiting for them if need be: ``token`` is
+    at which the rows of ``token`` reached its rows handler (waiting for them if need be: ``token`` is
     the last one written, so it is the last to arrive); ``("stop",)`` ends the process.
     """
     probe = Probe()
-    last = [0, 0.0]  # the token of the latest on_rows call, and when it came
+    last = [0, 0.0]  # the token of the latest rows handler call, and when it came
 
-    def on_rows(_instance: str, token: int, _rows: list[Any]) -> None:
+    def rows_arrived(_instance: str, token: int, _rows: Sequence[Any]) -> None:
         last[0] = token
         last[1] = time.time()
 
-    probe.callback = on_rows
+    probe.callback = rows_arrived
 
     async def position(host: Host) -> int:
         return host.id_generator("bench_e2e").get_current_token_for_writer("main")
@@ -231,7 +235,7 @@ async def throughput(
     so that both see the same drift of the disk's commit latency. In an "alone" phase the readers
     are disconnected and the writer knows it (no peers: it streams nothing). In a "readers" phase the
     readers have first caught up; a phase's delivery time runs from its first write to the moment
-    the slowest reader's ``on_rows`` got the phase's last fact.
+    the slowest reader's rows handler got the phase's last fact.
     """
     import multiprocessing
 
@@ -316,10 +320,10 @@ async def catch_up(url: str, redis_url: str | None, facts: int) -> float:
     probe = Probe()
     count = [0]
 
-    def on_rows(_instance: str, _token: int, rows: list[Any]) -> None:
+    def rows_arrived(_instance: str, _token: int, rows: Sequence[Any]) -> None:
         count[0] += len(rows)
 
-    probe.callback = on_rows
+    probe.callback = rows_arrived
     async with cluster(url, redis_url, 1, probe) as (main, reader):
         await reader.disconnect_replication()
         gen = main.id_generator("bench_e2e")

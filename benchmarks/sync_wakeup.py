@@ -36,7 +36,7 @@ from typing import Any
 import msgspec
 
 import factstream
-from factstream import StreamSpec, StreamTable
+from factstream import RegisterStream, StreamSpec, StreamTable
 from factstream.config import load_config
 from factstream.host.app import Host
 from factstream.plugin.manager import load_plugins
@@ -55,7 +55,7 @@ class BenchSync:
     """An in-process plugin: one synced stream whose rows belong to ``user_id``."""
 
     @factstream.hookimpl
-    def register_streams(self, register: Callable[[StreamSpec], None]) -> None:
+    def register_streams(self, register: RegisterStream) -> None:
         register(
             StreamSpec(
                 name=TABLE,

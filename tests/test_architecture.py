@@ -569,11 +569,15 @@ HOOK_TESTS = {
     "register_streams": ("tests/core/test_plugins.py", "test_two_streams_claiming_one_sync_key_are_rejected"),
     "register_caches": (
         "tests/replication/test_pipeline.py",
-        "test_a_writers_own_rows_reach_on_rows_locally_in_order_once",
+        "test_a_writers_own_rows_reach_its_rows_handlers_locally_in_order_once",
     ),
     "register_invalidations": (
         "tests/replication/test_pipeline.py",
-        "test_a_plugin_in_on_rows_and_a_waiter_after_the_advance_both_see_the_invalidation",
+        "test_a_rows_handler_and_a_waiter_after_the_advance_both_see_the_invalidation",
+    ),
+    "register_rows_handlers": (
+        "tests/replication/test_pipeline.py",
+        "test_a_rows_handler_gets_its_streams_rows_and_no_other_streams",
     ),
     "register_migrations": (
         "tests/core/test_migrate.py",
@@ -590,11 +594,6 @@ HOOK_TESTS = {
         "test_values_come_from_the_file_and_the_environment_overrides_them",
     ),
     "startup": ("tests/core/test_plugins.py", "test_startup_failure_names_the_plugin_and_shutdown_runs_all"),
-    "on_rows": ("tests/replication/test_pipeline.py", "test_a_writers_own_rows_reach_on_rows_locally_in_order_once"),
-    "on_rows_streams": (
-        "tests/replication/test_pipeline.py",
-        "test_on_rows_streams_keeps_other_streams_rows_from_a_plugin",
-    ),
     "shutdown": ("tests/core/test_plugins.py", "test_startup_failure_names_the_plugin_and_shutdown_runs_all"),
 }
 

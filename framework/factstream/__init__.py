@@ -25,7 +25,16 @@ from factstream.plugin.specs import (
     RouteSpec,
     SettingsSpec,
 )
-from factstream.plugin.streams import StreamSpec, StreamTable, SyncRequest, Wake
+from factstream.plugin.streams import (
+    RegisterRowsHandler,
+    RegisterStream,
+    RowsHandler,
+    RowsHandlerSpec,
+    StreamSpec,
+    StreamTable,
+    SyncRequest,
+    Wake,
+)
 from factstream.plugin.web import (
     HttpError,
     caller_can_write,
@@ -56,7 +65,11 @@ __all__ = [
     "MigrationError",
     "MigrationSpec",
     "PluginError",
+    "RegisterRowsHandler",
+    "RegisterStream",
     "RouteSpec",
+    "RowsHandler",
+    "RowsHandlerSpec",
     "SettingsSpec",
     "StreamSpec",
     "StreamTable",

@@ -1,4 +1,5 @@
-"""Hooks plugins define for other plugins (``register_hookspecs``), called with ``call_hook``/``call_first``.
+"""Hooks plugins define for other plugins (``register_hookspecs``), called with ``call_hook``/``call_first``
+(given the spec function itself).
 
 The in-process plugins below are objects added with ``PluginHost.add``, as ``load_plugins`` adds
 discovered ones: ``policy`` defines two hooks, ``like_limit`` (firstresult, with its own ``trylast``
@@ -17,22 +18,28 @@ import pytest
 
 import factstream
 from factstream.errors import PluginError
-from factstream.plugin import core
+from factstream.plugin import core, hookspecs
 from factstream.plugin.manager import CORE_PLUGIN, PluginHost, PluginSelection, load_plugins
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "writing-plugins.md"
 
 
 class PolicyHooks:
-    """The hooks ``policy`` defines."""
+    """The hooks ``policy`` defines (static: callers pass ``PolicyHooks.like_limit`` to ``call_first``)."""
 
+    @staticmethod
     @factstream.hookspec(firstresult=True)
-    def like_limit(self, host, user, target):
+    def like_limit(host, user, target):
         """How many likes ``target`` may get, or None to leave it to the next implementation."""
 
+    @staticmethod
     @factstream.hookspec
-    def like_tags(self, target):
+    def like_tags(target):
         """Tags for ``target``; every implementation is asked."""
+
+
+LIKE_LIMIT = PolicyHooks.like_limit
+LIKE_TAGS = PolicyHooks.like_tags
 
 
 class Policy:
@@ -94,7 +101,7 @@ async def test_a_hook_one_plugin_defines_is_implemented_by_others_and_called_in_
         ("late", Tagger("late")),
     )
 
-    tags = await host.call_hook("like_tags", target="post:1")
+    tags = await host.call_hook(LIKE_TAGS, target="post:1")
 
     assert host.hook_owners == {"like_limit": "policy", "like_tags": "policy"}
     # tryfirst, then the plugin added last first; "silent" answered None, which is dropped.
@@ -106,9 +113,9 @@ async def test_call_first_returns_the_first_answer_and_the_trylast_default_only_
     # Without trylast, "policy", added last, would answer first: 100 for everything.
     host = plugin_host(("strict", strict), ("policy", Policy()))
 
-    assert await host.call_first("like_limit", host=None, user="@a:hs", target="post:1") == 5
-    assert await host.call_first("like_limit", host=None, user="@a:hs", target="page:1") == 100
-    assert await host.call_hook("like_limit", host=None, user="@a:hs", target="post:2") == [5, 100]
+    assert await host.call_first(LIKE_LIMIT, host=None, user="@a:hs", target="post:1") == 5
+    assert await host.call_first(LIKE_LIMIT, host=None, user="@a:hs", target="page:1") == 100
+    assert await host.call_hook(LIKE_LIMIT, host=None, user="@a:hs", target="post:2") == [5, 100]
     assert strict.seen == ["post:1", "page:1", "post:2"]  # it got the one argument it names
 
 
@@ -131,11 +138,11 @@ async def test_call_first_is_none_when_nothing_answers_and_stops_at_the_first_an
         def register_hookspecs(self, register):
             register(PolicyHooks)
 
-    assert await plugin_host(("policy", Bare()), ("quiet", Quiet())).call_first("like_limit", target="x") is None
+    assert await plugin_host(("policy", Bare()), ("quiet", Quiet())).call_first(LIKE_LIMIT, target="x") is None
     host = plugin_host(("policy", Bare()), ("sure", Sure()), ("quiet", Quiet()))
-    assert await host.call_first("like_limit", target="x") == 0  # 0 is an answer; only None is not
+    assert await host.call_first(LIKE_LIMIT, target="x") == 0  # 0 is an answer; only None is not
     assert asked == ["quiet", "quiet", "sure"]
-    assert await plugin_host(("policy", Bare())).call_hook("like_tags", target="x") == []
+    assert await plugin_host(("policy", Bare())).call_hook(LIKE_TAGS, target="x") == []
 
 
 async def test_coroutine_implementations_are_awaited_one_after_the_other():
@@ -163,10 +170,10 @@ async def test_coroutine_implementations_are_awaited_one_after_the_other():
 
     host = plugin_host(("quick", Quick()), ("slow", Slow()), ("policy", Policy()), ("async_limit", AsyncLimit()))
 
-    assert await host.call_hook("like_tags", target="t") == ["slow:t", "quick:t"]
+    assert await host.call_hook(LIKE_TAGS, target="t") == ["slow:t", "quick:t"]
     assert log == ["slow starts", "slow ends", "quick"]
-    assert await host.call_first("like_limit", target="post:1") == 7
-    assert await host.call_first("like_limit", target="post:2") == 100  # None awaited, then the default
+    assert await host.call_first(LIKE_LIMIT, target="post:1") == 7
+    assert await host.call_first(LIKE_LIMIT, target="post:2") == 100  # None awaited, then the default
 
 
 async def test_the_implementations_are_resolved_once_and_again_when_a_plugin_is_added(monkeypatch):
@@ -180,13 +187,13 @@ async def test_the_implementations_are_resolved_once_and_again_when_a_plugin_is_
 
     monkeypatch.setattr(host, "_ordered_impls", counted)
 
-    assert await host.call_hook("like_tags", target="t") == ["a:t"]
-    assert await host.call_hook("like_tags", target="u") == ["a:u"]
+    assert await host.call_hook(LIKE_TAGS, target="t") == ["a:t"]
+    assert await host.call_hook(LIKE_TAGS, target="u") == ["a:u"]
     assert lookups.count("like_tags") == 1
 
     host.add("other", Tagger("b"))
 
-    assert await host.call_hook("like_tags", target="t") == ["b:t", "a:t"]
+    assert await host.call_hook(LIKE_TAGS, target="t") == ["b:t", "a:t"]
     assert lookups.count("like_tags") == 2
 
 
@@ -290,7 +297,7 @@ def test_a_misspelt_implementation_of_a_plugin_hook_gets_the_hint():
 
     assert str(plain.value).startswith(
         "plugin 'typo' implements unknown hook 'like_limt' (did you mean 'like_limit', defined by plugin 'policy'?); "
-        "known hooks: on_rows, on_rows_streams, register_caches"
+        "known hooks: register_caches, register_commands, register_export_jobs"
     )
     assert str(plain.value).endswith("; hooks defined by plugins: like_limit ('policy'), like_tags ('policy')")
     assert str(declared.value) == (
@@ -358,7 +365,7 @@ async def test_an_implementation_of_a_hook_whose_plugin_is_not_loaded_is_ignored
     ]
     assert host.ignored == {("strict", "like_limit"), ("tagger", "like_tags"), ("late", "like_tags")}
     with pytest.raises(KeyError, match=r"no loaded plugin defines hook 'like_limit'; no plugin defines hooks"):
-        await host.call_first("like_limit", target="post:1")
+        await host.call_first(LIKE_LIMIT, target="post:1")
 
 
 # -- errors when calling ------------------------------------------------------------------------------
@@ -384,25 +391,47 @@ async def test_an_implementation_that_raises_stops_the_call_with_an_error_naming
 
     for call in (host.call_first, host.call_hook):
         with pytest.raises(PluginError) as failed:
-            await call("like_limit", target="post:1")
+            await call(LIKE_LIMIT, target="post:1")
         assert str(failed.value) == "plugin 'broken' failed in hook like_limit: ValueError: no limit for post:1"
         assert isinstance(failed.value.__cause__, ValueError)
     assert strict.seen == []  # the call stopped at the failure
 
 
-async def test_a_name_no_plugin_defines_or_a_core_hook_is_a_key_error():
+class Misspelt:
+    """A spec no plugin registers, named like one that ``policy`` does."""
+
+    @staticmethod
+    @factstream.hookspec(firstresult=True)
+    def like_limt(target):
+        """Misspelt."""
+
+
+async def test_a_hook_no_plugin_defines_or_a_core_hook_is_a_key_error():
     host = plugin_host(("policy", Policy()))
 
     with pytest.raises(KeyError) as unknown:
-        await host.call_first("like_limt", target="x")
+        await host.call_first(Misspelt.like_limt, target="x")
     with pytest.raises(KeyError) as core_hook:
-        await host.call_hook("startup", host=None)
+        await host.call_hook(hookspecs.startup, host=None)
 
     assert unknown.value.args[0] == (
         "no loaded plugin defines hook 'like_limt' (did you mean 'like_limit', defined by plugin 'policy'?); "
         "hooks defined by plugins: like_limit ('policy'), like_tags ('policy')"
     )
     assert core_hook.value.args[0].startswith("hook 'startup' is a core hook, which only the host calls")
+
+
+async def test_a_function_that_is_not_a_hook_spec_is_refused_and_positional_arguments_take_the_specs_names():
+    strict = Strict()
+    host = plugin_host(("strict", strict), ("policy", Policy()))
+
+    def like_limit(host, user, target):
+        """Not marked ``@factstream.hookspec``."""
+
+    with pytest.raises(TypeError, match=r"call_hook and call_first take a @factstream.hookspec function"):
+        await host.call_first(like_limit, None, "@a:hs", "post:1")
+    assert await host.call_first(LIKE_LIMIT, None, "@a:hs", target="post:1") == 5
+    assert strict.seen == ["post:1"]
 
 
 def test_defined_by_must_name_a_plugin():
@@ -439,8 +468,11 @@ async def test_register_hookspecs_of_the_guide_answers_through_a_route_and_the_h
         "al": "a username is 3 to 20 characters",  # nobody else did: the trylast default of signup
         "alice": None,
     }
-    assert await main.api.call_first("check_username", host=main.api, username="root") == "'root' is reserved"
-    assert await main.api.call_hook("check_username", host=main.api, username="al") == [
+    from factstream_signup import SignupHooks
+
+    check_username = SignupHooks.check_username
+    assert await main.api.call_first(check_username, host=main.api, username="root") == "'root' is reserved"
+    assert await main.api.call_hook(check_username, host=main.api, username="al") == [
         "a username is 3 to 20 characters"
     ]
     assert main.plugins.hook_owners == {"check_username": "signup"}

@@ -274,87 +274,120 @@ async def test_startup_failure_names_the_plugin_and_shutdown_runs_all(plugin_ins
     assert [str(e) for e in errors] == ["plugin 'lifecycle' failed in hook shutdown: ValueError: already gone"]
 
 
-# -- on_rows: delivered to every implementation, in order, a failing one named and skipped --------------
+# -- rows handlers: called in order, a failing one named and skipped ---------------------------------
 
 ROWS_LOG = """
     import asyncio
+    import msgspec
     import factstream
+    from factstream import RowsHandlerSpec, StreamSpec, StreamTable
 
+    class Note(msgspec.Struct):
+        text: str
+
+    NOTES = StreamSpec(name="notes", row_type=Note, tables=(StreamTable("notes", "instance_name", "stream_id"),))
     seen = []
 
-    @factstream.hookimpl
-    def on_rows(host, stream, instance, token, rows):
-        seen.append(("{name}", stream, instance, token, list(rows)))
+    def handle(host, instance, token, rows, local):
+        seen.append(("{name}", instance, token, list(rows)))
         {body}
+
+    @factstream.hookimpl
+    def register_rows_handlers(register):
+        register(RowsHandlerSpec(stream=NOTES, handler=handle))
 """
 
 
-async def _deliver(hook, token: int, local: bool = False) -> None:
-    result = hook.deliver("notes", "main", token, [f"row{token}"], local)
+#: A module the next plugins share: the ``notes`` stream's spec and a log of their calls.
+ORDER_LOG = """
+    import msgspec
+    from factstream import StreamSpec, StreamTable
+
+    class Note(msgspec.Struct):
+        text: str
+
+    NOTES = StreamSpec(name="notes", row_type=Note, tables=(StreamTable("notes", "instance_name", "stream_id"),))
+    log = []
+"""
+
+
+def _notes_handlers(host: object | None = None):
+    """The ``notes`` stream's handlers of the installed plugins, bound to a stand-in host."""
+    return load_plugins().rows_handlers(object() if host is None else host)["notes"]
+
+
+async def _deliver(handlers, token: int, local: bool = False) -> None:
+    result = handlers.deliver("main", token, [f"row{token}"], local)
     if result is not None:
         await result
 
 
 def _install_rows_log(plugin_installer: PluginInstaller, name: str, kind: str, failing_token: int | None) -> None:
-    """A plugin recording its ``on_rows`` calls (``kind``: "sync" or "async"), raising at ``failing_token``."""
+    """A plugin recording its handler's calls (``kind``: "sync" or "async"), raising at ``failing_token``."""
     body = "pass" if failing_token is None else f"if token == {failing_token}: raise RuntimeError('bad row')"
     source = ROWS_LOG
     if kind == "async":
-        source = source.replace("def on_rows", "async def on_rows")
+        source = source.replace("def handle", "async def handle")
         body = "await asyncio.sleep(0)\n        " + body
     plugin_installer.from_source(name, source.format(name=name, body=body))
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-async def test_rows_reach_every_plugin_in_hook_order_and_a_raising_one_is_logged_by_name(
+async def test_rows_reach_every_plugins_handler_in_hook_order_and_a_raising_one_is_logged_by_name(
     plugin_installer: PluginInstaller, caplog, kind
 ):
     _install_rows_log(plugin_installer, "alpha", kind, failing_token=2)
     _install_rows_log(plugin_installer, "beta", kind, failing_token=None)
-    host = load_plugins()
-    hook = host.rows_hook(object())
+    handlers = _notes_handlers()
 
     with caplog.at_level(logging.ERROR, logger="factstream.plugin.manager"):
         for token in (1, 2, 3):
-            await _deliver(hook, token)
+            await _deliver(handlers, token)
 
     import factstream_alpha
     import factstream_beta
 
-    assert [s[3] for s in factstream_alpha.seen] == [1, 2, 3]
-    assert factstream_beta.seen == [("beta", "notes", "main", t, [f"row{t}"]) for t in (1, 2, 3)]
+    assert [s[2] for s in factstream_alpha.seen] == [1, 2, 3]
+    assert factstream_beta.seen == [("beta", "main", t, [f"row{t}"]) for t in (1, 2, 3)]
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert errors == ["plugin 'alpha' failed in hook on_rows: RuntimeError: bad row"]
+    assert errors == ["plugin 'alpha' failed handling rows of stream 'notes': RuntimeError: bad row"]
 
 
-async def test_an_async_hook_finishes_before_the_next_plugin_sees_the_rows(plugin_installer: PluginInstaller):
+async def test_an_async_handler_finishes_before_the_next_plugin_sees_the_rows(plugin_installer: PluginInstaller):
     order = """
         import asyncio
         import factstream
-        from factstream_order_log import log
+        from factstream import RowsHandlerSpec
+        from factstream_order_log import NOTES, log
 
-        @factstream.hookimpl
-        async def on_rows(host, stream, instance, token, rows):
+        async def handle(host, instance, token, rows, local):
             log.append(("slow", "start", token))
             await asyncio.sleep(0.01)
             log.append(("slow", "end", token))
+
+        @factstream.hookimpl
+        def register_rows_handlers(register):
+            register(RowsHandlerSpec(stream=NOTES, handler=handle))
     """
     quick = """
         import factstream
-        from factstream_order_log import log
+        from factstream import RowsHandlerSpec
+        from factstream_order_log import NOTES, log
+
+        def handle(host, instance, token, rows, local):
+            log.append(("quick", token))
 
         @factstream.hookimpl
-        def on_rows(token):
-            log.append(("quick", token))
+        def register_rows_handlers(register):
+            register(RowsHandlerSpec(stream=NOTES, handler=handle))
     """
-    plugin_installer.from_source("order_log", "log = []\n")
+    plugin_installer.from_source("order_log", ORDER_LOG)
     plugin_installer.from_source("slow", order)
     plugin_installer.from_source("quick", quick)
-    host = load_plugins()
-    hook = host.rows_hook(object())
+    handlers = _notes_handlers()
 
     for token in (1, 2):
-        await _deliver(hook, token)
+        await _deliver(handlers, token)
 
     import factstream_order_log
 
@@ -369,76 +402,107 @@ async def test_an_async_hook_finishes_before_the_next_plugin_sees_the_rows(plugi
     ]
 
 
-async def test_a_single_plugin_is_called_directly_and_still_named_when_it_fails(
+async def test_a_single_handler_is_called_directly_and_still_named_when_it_fails(
     plugin_installer: PluginInstaller, caplog
 ):
     plugin_installer.from_source("alpha", ROWS_LOG.format(name="alpha", body="raise KeyError('x')"))
-    host = load_plugins()
-    hook = host.rows_hook(object())
+    handlers = _notes_handlers()
 
     with caplog.at_level(logging.ERROR, logger="factstream.plugin.manager"):
-        assert hook.deliver("notes", "main", 7, ["r"], False) is None
+        assert handlers.deliver("main", 7, ["r"], False) is None
 
     import factstream_alpha
 
-    assert factstream_alpha.seen == [("alpha", "notes", "main", 7, ["r"])]
-    assert [r.getMessage() for r in caplog.records] == ["plugin 'alpha' failed in hook on_rows: KeyError: 'x'"]
+    assert factstream_alpha.seen == [("alpha", "main", 7, ["r"])]
+    assert [r.getMessage() for r in caplog.records] == [
+        "plugin 'alpha' failed handling rows of stream 'notes': KeyError: 'x'"
+    ]
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-async def test_a_run_of_tokens_reaches_a_single_plugin_in_order_one_token_at_a_time(
+async def test_a_run_of_tokens_reaches_a_single_handler_in_order_one_token_at_a_time(
     plugin_installer: PluginInstaller, caplog, kind
 ):
-    """The pipeline hands a lone plugin a whole run (``RowsHook.run``): the same calls as token by token."""
+    """The pipeline hands a lone handler a whole run (``StreamHandlers.run``): the same calls as token by token."""
     _install_rows_log(plugin_installer, "alpha", kind, failing_token=12)
-    host = load_plugins()
-    hook = host.rows_hook(object())
+    handlers = _notes_handlers()
 
     with caplog.at_level(logging.ERROR, logger="factstream.plugin.manager"):
-        waiting = hook.run("notes", "main", [10, 11, 12, 13], ["a", "b", "c", "d"], False)
+        waiting = handlers.run("main", [10, 11, 12, 13], ["a", "b", "c", "d"], False)
         if kind == "sync":
-            assert waiting is None  # synchronous hooks: no coroutine at all
+            assert waiting is None  # synchronous handlers: no coroutine at all
         else:
             await waiting
 
     import factstream_alpha
 
     assert factstream_alpha.seen == [
-        ("alpha", "notes", "main", token, [row]) for token, row in zip([10, 11, 12, 13], "abcd", strict=True)
+        ("alpha", "main", token, [row]) for token, row in zip([10, 11, 12, 13], "abcd", strict=True)
     ]
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert errors == ["plugin 'alpha' failed in hook on_rows: RuntimeError: bad row"]
+    assert errors == ["plugin 'alpha' failed handling rows of stream 'notes': RuntimeError: bad row"]
 
 
-async def test_local_reaches_implementations_that_take_it_and_not_the_others(plugin_installer: PluginInstaller):
+async def test_local_and_the_host_reach_every_handler(plugin_installer: PluginInstaller):
     both = """
         import factstream
+        from factstream import RowsHandlerSpec
+        from factstream_order_log import NOTES, log
 
-        seen = []
-
-        @factstream.hookimpl
-        def on_rows(host, stream, instance, token, rows, local):
-            seen.append(("full", token, local))
-    """
-    subset = """
-        import factstream
-        from factstream_both import seen
+        def handle(host, instance, token, rows, local):
+            log.append(("{name}", host, token, local))
 
         @factstream.hookimpl
-        def on_rows(token, local):
-            seen.append(("subset", token, local))
+        def register_rows_handlers(register):
+            register(RowsHandlerSpec(stream=NOTES, handler=handle))
     """
-    plugin_installer.from_source("both", both)
-    plugin_installer.from_source("subset", subset)
-    hook = load_plugins().rows_hook(object())
+    plugin_installer.from_source("order_log", ORDER_LOG)
+    plugin_installer.from_source("first", both.replace("{name}", "first"))
+    plugin_installer.from_source("second", both.replace("{name}", "second"))
+    handlers = _notes_handlers("the-host")
 
-    await _deliver(hook, 1, local=True)
-    await _deliver(hook, 2, local=False)
-    waiting = hook.run("notes", "main", [3, 4], ["c", "d"], True)
+    await _deliver(handlers, 1, local=True)
+    await _deliver(handlers, 2, local=False)
+    waiting = handlers.run("main", [3, 4], ["c", "d"], True)
     assert waiting is None
 
-    import factstream_both
+    import factstream_order_log
 
-    assert sorted(factstream_both.seen) == sorted(
-        [(kind, token, token in (1, 3, 4)) for kind in ("full", "subset") for token in (1, 2, 3, 4)]
+    assert sorted(factstream_order_log.log) == sorted(
+        [(name, "the-host", token, token in (1, 3, 4)) for name in ("first", "second") for token in (1, 2, 3, 4)]
     )
+
+
+def test_a_handler_of_a_stream_registered_with_another_row_type_stops_the_start_naming_both(
+    plugin_installer: PluginInstaller, notes_project
+):
+    plugin_installer.from_project(notes_project)
+    plugin_installer.from_source("alpha", ROWS_LOG.format(name="alpha", body="pass"))
+
+    with pytest.raises(PluginError) as info:
+        load_plugins().registry  # noqa: B018
+
+    assert (
+        "plugin 'alpha' handles rows of stream 'notes' as Note, but plugin 'notes' registered it with row type"
+        in str(info.value)
+    )
+
+
+def test_each_register_takes_only_its_own_spec_type_naming_plugin_and_hook(plugin_installer: PluginInstaller):
+    plugin_installer.from_source(
+        "mixup",
+        """
+        import factstream
+        from factstream import CacheSpec
+
+        @factstream.hookimpl
+        def register_streams(register):
+            register(CacheSpec(name="mixed"))
+        """,
+    )
+
+    with pytest.raises(
+        PluginError,
+        match=r"plugin 'mixup' registered CacheSpec\(name='mixed'.*\) in register_streams, which takes a StreamSpec",
+    ):
+        load_plugins().registry  # noqa: B018

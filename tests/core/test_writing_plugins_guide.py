@@ -8,7 +8,7 @@
 * The example project's own tests pass, run as its author runs them: ``pytest`` in the project's
   directory, with the project's pytest settings. They install the plugin through its entry point,
   migrate a fresh database, start two in-process hosts over TCP (main writes, worker1 reads) and
-  check the count cache, ``on_rows`` on both hosts, ``/sync``, the 421 of a misdirected write and the
+  check the count cache, the rows handler on both hosts, ``/sync``, the 421 of a misdirected write and the
   settings. (tests/core's conftest blocks the bundled plugins, and the subprocess inherits that: the
   example runs beside the core alone, as a third-party plugin would.)
 """

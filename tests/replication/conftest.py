@@ -11,12 +11,20 @@ from factstream.testing import DatabaseWith, HostCluster
 
 RECORDER = """
     import factstream
+    from factstream import RowsHandlerSpec
 
     received = {}
 
+    def recorder(stream):
+        def record(host, instance, token, rows, local):
+            received.setdefault(host.instance_name, []).extend((stream, instance, token, r) for r in rows)
+
+        return record
+
     @factstream.hookimpl
-    def on_rows(host, stream, instance, token, rows):
-        received.setdefault(host.instance_name, []).extend((stream, instance, token, r) for r in rows)
+    def register_rows_handlers(register, streams):
+        for spec in streams:
+            register(RowsHandlerSpec(stream=spec, handler=recorder(spec.name)))
 """
 
 

@@ -1,6 +1,7 @@
-"""The reader pipeline's order, seen by a plugin: invalidate caches, then on_rows, then advance, then wake.
+"""The reader pipeline's order, seen by a plugin: invalidate caches, then the rows handlers, then
+advance, then wake.
 
-And a writer's own rows take the same pipeline, from memory: ``on_rows`` with ``local=True``, in
+And a writer's own rows take the same pipeline, from memory: the rows handlers with ``local=True``, in
 token order, once each, with the stream's invalidations already applied.
 """
 
@@ -15,9 +16,10 @@ from factstream.testing import until
 
 PROBE = """
     import factstream
-    from factstream import CacheSpec, InvalidationSpec
+    from factstream import CacheSpec, InvalidationSpec, RowsHandlerSpec
+    from factstream_notes import NOTES_STREAM
 
-    #: (host, writer, token, authors, local, what the cache held for each author inside on_rows)
+    #: (host, writer, token, authors, local, what the cache held for each author inside the handler)
     seen = []
 
     @factstream.hookimpl
@@ -28,17 +30,19 @@ PROBE = """
     def register_invalidations(register):
         register(InvalidationSpec(stream="notes", cache="note_authors", keys=lambda row: [(row.author,)]))
 
+    def remember_notes(host, instance, token, rows, local):
+        cache = host.caches.get("note_authors")
+        held = [cache.get((r.author,), "absent") for r in rows]
+        seen.append((host.instance_name, instance, token, [r.author for r in rows], local, held))
+
     @factstream.hookimpl
-    def on_rows(host, stream, instance, token, rows, local):
-        if stream == "notes":
-            cache = host.caches.get("note_authors")
-            held = [cache.get((r.author,), "absent") for r in rows]
-            seen.append((host.instance_name, instance, token, [r.author for r in rows], local, held))
+    def register_rows_handlers(register):
+        register(RowsHandlerSpec(stream=NOTES_STREAM, handler=remember_notes))
 """
 
 
 @pytest.fixture
-def probe(plugin_installer):
+def probe(plugin_installer, notes_db):
     plugin_installer.from_source("pipeline_probe", PROBE)
     return importlib.import_module("factstream_pipeline_probe")
 
@@ -62,7 +66,7 @@ async def _write(host, authors, *, per_txn=1):
     return ids
 
 
-async def test_a_plugin_in_on_rows_and_a_waiter_after_the_advance_both_see_the_invalidation(probe, host_cluster):
+async def test_a_rows_handler_and_a_waiter_after_the_advance_both_see_the_invalidation(probe, host_cluster):
     main = await host_cluster("main")
     worker = await host_cluster("worker1")
     await host_cluster.following(worker, "notes")
@@ -78,18 +82,18 @@ async def test_a_plugin_in_on_rows_and_a_waiter_after_the_advance_both_see_the_i
     replicated = [s for s in probe.seen if s[0] == "worker1"]
     assert [a for s in replicated for a in s[3]] == authors
     assert {s[4] for s in replicated} == {False}
-    # Inside on_rows the rows' entries were already invalidated.
+    # Inside the handler the rows' entries were already invalidated.
     assert {h for s in replicated for h in s[5]} == {"absent"}
     tokens = [s[2] for s in replicated]
     assert tokens == sorted(tokens) and set(tokens) == set(ids)
 
 
-async def test_a_writers_own_rows_reach_on_rows_locally_in_order_once(probe, host_cluster):
+async def test_a_writers_own_rows_reach_its_rows_handlers_locally_in_order_once(probe, host_cluster):
     main = await host_cluster("main")
     authors = [f"@w{i}:hs" for i in range(30)]
     _stale(main, authors)
 
-    # Concurrent transactions: commits finish out of order, on_rows must not see them so.
+    # Concurrent transactions: commits finish out of order, a handler must not see them so.
     chunks = [authors[i : i + 3] for i in range(0, len(authors), 3)]
     results = await asyncio.gather(*(_write(main, chunk, per_txn=3) for chunk in chunks))
     ids = sorted(i for r in results for i in r)
@@ -108,7 +112,7 @@ async def test_a_writers_own_rows_reach_on_rows_locally_in_order_once(probe, hos
     assert {h for s in local for h in s[5]} == {"absent"}
 
 
-async def test_rows_of_a_rolled_back_transaction_never_reach_on_rows(probe, host_cluster):
+async def test_rows_of_a_rolled_back_transaction_never_reach_a_rows_handler(probe, host_cluster):
     main = await host_cluster("main")
     notes = importlib.import_module("factstream_notes")
     writer = main.api.stream("notes", notes.NoteRow)
@@ -124,22 +128,27 @@ async def test_rows_of_a_rolled_back_transaction_never_reach_on_rows(probe, host
 
 CHOOSY = """
     import factstream
+    from factstream import RowsHandlerSpec
+    from factstream_notes import NOTES_STREAM
 
     seen = []
 
-    @factstream.hookimpl
-    def on_rows_streams():
-        return {ANSWER}
+    def handler(stream):
+        def record(host, instance, token, rows, local):
+            seen.append((host.instance_name, stream, local))
+
+        return record
 
     @factstream.hookimpl
-    def on_rows(host, stream, instance, token, rows, local):
-        seen.append((host.instance_name, stream, local))
+    def register_rows_handlers(register, streams):
+        for spec in {STREAMS}:
+            register(RowsHandlerSpec(stream=spec, handler=handler(spec.name)))
 """
 
 
-async def test_on_rows_streams_keeps_other_streams_rows_from_a_plugin(plugin_installer, host_cluster):
-    plugin_installer.from_source("choosy", CHOOSY.replace("{ANSWER}", '["notes"]'))
-    plugin_installer.from_source("curious", CHOOSY.replace("{ANSWER}", "None"))
+async def test_a_rows_handler_gets_its_streams_rows_and_no_other_streams(plugin_installer, host_cluster):
+    plugin_installer.from_source("choosy", CHOOSY.replace("{STREAMS}", "[NOTES_STREAM]"))
+    plugin_installer.from_source("curious", CHOOSY.replace("{STREAMS}", "streams"))
     choosy = importlib.import_module("factstream_choosy")
     curious = importlib.import_module("factstream_curious")
     from factstream_events import EventsStore
@@ -158,16 +167,27 @@ async def test_on_rows_streams_keeps_other_streams_rows_from_a_plugin(plugin_ins
         )
     )
     assert await worker.wait_for_stream_position("main", "notes", ids[-1], timeout=10)
-    # the plugin that answered None saw both streams in both processes; the choosy one only notes
+    # the plugin that registered a handler for every stream saw both in both processes; the choosy one only notes
     assert {(h, s, local) for h, s, local in choosy.seen} == {("main", "notes", True), ("worker1", "notes", False)}
     assert len([1 for h, s, _ in choosy.seen if s == "notes"]) == 2 * len(ids)
 
 
-@pytest.mark.parametrize(("answer", "what"), [('"notes"', "not str"), ("[1]", "1"), ("42", "not int")])
-async def test_a_bad_on_rows_streams_answer_stops_the_start_naming_the_plugin(
-    plugin_installer, host_cluster, answer, what
+@pytest.mark.parametrize(
+    ("register", "what"),
+    [
+        ('RowsHandlerSpec(stream="notes", handler=print)', "stream must be a StreamSpec, not 'notes'"),
+        ("RowsHandlerSpec(stream=NOTES_STREAM, handler=42)", "handler must be callable"),
+        ("NOTES_STREAM", "registered StreamSpec(name='notes'"),
+    ],
+)
+async def test_a_bad_rows_handler_registration_stops_the_start_naming_the_plugin(
+    plugin_installer, host_cluster, register, what
 ):
-    plugin_installer.from_source("choosy", CHOOSY.replace("{ANSWER}", answer))
+    source = CHOOSY.replace(
+        "for spec in {STREAMS}:\n            register(RowsHandlerSpec(stream=spec, handler=handler(spec.name)))",
+        f"register({register})",
+    )
+    plugin_installer.from_source("choosy", source)
     with pytest.raises(Exception, match="plugin 'choosy'") as failed:
         await host_cluster("main")
-    assert "on_rows_streams" in str(failed.value) and what in str(failed.value)
+    assert "register_rows_handlers" in str(failed.value) and what in str(failed.value)

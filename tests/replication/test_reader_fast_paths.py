@@ -4,8 +4,8 @@
   line-by-line pattern accepted;
 * ``ReplicatedStream.decode_rows`` reads rows as tuples of the field types where it can, with the same
   rows (or ``None``) as the wire type;
-* the pipeline's run stage (``RunStage``) makes the same ``on_rows`` calls, in the same order, with
-  the same logged failures, as ``RowsHook.deliver`` token by token.
+* the pipeline's run stage (``StreamHandlers.run``) makes the same rows handler calls, in the same
+  order, with the same logged failures, as ``StreamHandlers.deliver`` token by token.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from factstream import StreamSpec, StreamTable
-from factstream.host.pipeline import RunStage
-from factstream.plugin.rows import RowsHook
+from factstream.plugin.rows import StreamHandlers
 from factstream.replication.stream import ReplicatedStream
 from factstream.replication.wire import json_array, uniform_run
 
@@ -161,54 +160,46 @@ def test_decode_rows_gives_the_rows_the_wire_type_gives(row_type: type, data: st
 # -- the run stage -------------------------------------------------------------------------------------
 
 
-def _impl(name: str, kind: str, arity: int, calls: list[tuple[Any, ...]], failing: int | None) -> Any:
-    """An ``on_rows`` implementation of ``arity`` 5 or 6 that records its calls (sync or async)."""
+def _handler(name: str, kind: str, calls: list[tuple[Any, ...]], failing: int | None) -> Any:
+    """A rows handler that records its calls (sync or async), raising at token ``failing``."""
 
-    def record(host: Any, stream: str, instance: str, token: int, rows: list[Any], local: Any = "-") -> None:
-        calls.append((name, "start", stream, instance, token, list(rows), local))
+    def record(host: Any, instance: str, token: int, rows: list[Any], local: bool) -> None:
+        calls.append((name, "start", host, instance, token, list(rows), local))
         if token == failing:
             raise RuntimeError(f"{name} at {token}")
 
     if kind == "sync":
-        if arity == 6:
-            return lambda host, stream, instance, token, rows, local: record(host, stream, instance, token, rows, local)
-        return lambda host, stream, instance, token, rows: record(host, stream, instance, token, rows)
+        return record
 
-    async def later(host: Any, stream: str, instance: str, token: int, rows: list[Any], local: Any = "-") -> None:
+    async def later(host: Any, instance: str, token: int, rows: list[Any], local: bool) -> None:
         calls.append((name, "await", token))
         await asyncio.sleep(0)
-        record(host, stream, instance, token, rows, local)
+        record(host, instance, token, rows, local)
 
-    if arity == 6:
-        return lambda host, stream, instance, token, rows, local: later(host, stream, instance, token, rows, local)
-    return lambda host, stream, instance, token, rows: later(host, stream, instance, token, rows)
+    return later
 
 
-async def _run_both(specs: list[tuple[str, int, int | None]], tokens: list[int], caplog: Any) -> None:
-    def hook(calls: list[tuple[Any, ...]]) -> RowsHook:
-        impls = [
-            (f"p{i}", _impl(f"p{i}", kind, arity, calls, failing), arity)
-            for i, (kind, arity, failing) in enumerate(specs)
-        ]
-        return RowsHook("host", impls, lambda *a, **k: pytest.fail("keyword call"))
+async def _run_both(specs: list[tuple[str, int | None]], tokens: list[int], caplog: Any) -> None:
+    def handlers(calls: list[tuple[Any, ...]]) -> StreamHandlers:
+        return StreamHandlers(
+            "host", "s", [(f"p{i}", _handler(f"p{i}", kind, calls, failing)) for i, (kind, failing) in enumerate(specs)]
+        )
 
     rows = [f"row{t}" for t in tokens]
     expected: list[tuple[Any, ...]] = []
     caplog.clear()
-    reference = hook(expected)
+    reference = handlers(expected)
     for token, row in zip(tokens, rows, strict=True):
-        waiting = reference.deliver("s", "w", token, [row], True)
+        waiting = reference.deliver("w", token, [row], True)
         if waiting is not None:
             await waiting
     expected_errors = [r.getMessage() for r in caplog.records]
 
     got: list[tuple[Any, ...]] = []
     caplog.clear()
-    stage = RunStage.of(hook(got))
-    assert isinstance(stage, RunStage)
-    waiting = stage.run("s", "w", tokens, rows, True)
-    if all(kind == "sync" for kind, _, _ in specs):
-        assert waiting is None  # synchronous hooks: no coroutine at all
+    waiting = handlers(got).run("w", tokens, rows, True)
+    if all(kind == "sync" for kind, _ in specs):
+        assert waiting is None  # synchronous handlers: no coroutine at all
     elif waiting is not None:
         await waiting
     assert got == expected
@@ -217,7 +208,7 @@ async def _run_both(specs: list[tuple[str, int, int | None]], tokens: list[int],
 
 @given(
     specs=st.lists(
-        st.tuples(st.sampled_from(["sync", "sync", "async"]), st.sampled_from([5, 6]), st.sampled_from([None, 2, 3])),
+        st.tuples(st.sampled_from(["sync", "sync", "async"]), st.sampled_from([None, 2, 3])),
         min_size=1,
         max_size=3,
     ),
@@ -227,8 +218,3 @@ async def _run_both(specs: list[tuple[str, int, int | None]], tokens: list[int],
 def test_the_run_stage_makes_the_calls_deliver_makes_token_by_token(specs, count, caplog) -> None:
     with caplog.at_level(logging.ERROR, logger="factstream.plugin.manager"):
         asyncio.run(_run_both(specs, list(range(1, count + 1)), caplog))
-
-
-def test_an_implementation_taking_keywords_leaves_runs_to_the_hook() -> None:
-    hook = RowsHook("host", [("kw", lambda token: None, 0)], lambda *a, **k: None)
-    assert RunStage.of(hook) is hook

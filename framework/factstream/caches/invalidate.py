@@ -56,7 +56,7 @@ def now_ms() -> int:
 class InvalidationStream:
     """Writes rows of the caches stream through its ID generator (see the module docstring)."""
 
-    def __init__(self, spec: StreamSpec, id_gen: MultiWriterIdGenerator) -> None:
+    def __init__(self, spec: StreamSpec[Any], id_gen: MultiWriterIdGenerator) -> None:
         if spec.row_fields != ROW_FIELDS:
             raise PluginError(
                 f"stream {spec.name!r} must have the row fields {', '.join(ROW_FIELDS)} (in that order) to carry "

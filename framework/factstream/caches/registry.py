@@ -87,7 +87,7 @@ class CacheRegistry:
             instance_name=instance_name,
         )
 
-    def attach_stream(self, spec: StreamSpec, id_gen: MultiWriterIdGenerator) -> None:
+    def attach_stream(self, spec: StreamSpec[Any], id_gen: MultiWriterIdGenerator) -> None:
         """Send invalidations on (and apply them from) the stream ``spec`` (the caches stream)."""
         self.stream = InvalidationStream(spec, id_gen)
         self.applier = InvalidationApplier(self, self._invalidations, caches_stream=spec.name)

@@ -87,7 +87,7 @@ class StreamPlan:
     update_function: UpdateFunction | None = None
 
     @classmethod
-    def from_spec(cls, spec: StreamSpec) -> StreamPlan:
+    def from_spec(cls, spec: StreamSpec[Any]) -> StreamPlan:
         """The plan for a registered stream; raises :class:`ExportError` if a field name is reserved."""
         fields = []
         for info in msgspec.structs.fields(spec.row_type):
@@ -205,7 +205,7 @@ def split_range(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
-def plans_for(specs: Sequence[StreamSpec]) -> dict[str, StreamPlan | str]:
+def plans_for(specs: Sequence[StreamSpec[Any]]) -> dict[str, StreamPlan | str]:
     """Plans for the given streams; a stream that cannot be exported maps to the reason why."""
     out: dict[str, StreamPlan | str] = {}
     for spec in specs:

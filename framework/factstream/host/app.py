@@ -145,9 +145,9 @@ class Host:
             self.caches.attach_stream(caches_stream.spec, caches_stream.id_gen)
         self._api = HostFacade(self, plugin_settings)
         self.sync = await SyncService.create(self, self.db, self.streams)
-        # The reader pipeline (factstream.host.pipeline): invalidations, on_rows, advance, wake.
+        # The reader pipeline (factstream.host.pipeline): invalidations, rows handlers, advance, wake.
         pipeline = ReaderPipeline(
-            self.caches, self.plugins.rows_hook(self._api), self.sync.router if self.sync.synced else None
+            self.caches, self.plugins.rows_handlers(self._api), self.sync.router if self.sync.synced else None
         )
         self.local_rows = LocalRows(pipeline, self.streams.values())
         self._api.local_sink = self.local_rows

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import msgspec
 from pydantic import BaseModel, ValidationError
@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 RowT = TypeVar("RowT", bound=msgspec.Struct)
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
@@ -41,9 +43,9 @@ class LocalSink(Protocol):
 class PluginHooks(Protocol):
     """The hooks plugins define, as the facade calls them (:class:`factstream.plugin.manager.PluginHost`)."""
 
-    async def call_hook(self, name: str, /, **kwargs: Any) -> list[Any]: ...
+    async def call_hook(self, spec: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> list[R]: ...
 
-    async def call_first(self, name: str, /, **kwargs: Any) -> Any | None: ...
+    async def call_first(self, spec: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R | None: ...
 
 
 class RunningHost(Protocol):
@@ -297,11 +299,11 @@ class HostFacade(HostApi):
         except KeyError:
             raise FactstreamError(f"no plugin registered settings model {model.__name__} (register_settings)") from None
 
-    async def call_hook(self, name: str, /, **kwargs: Any) -> list[Any]:
-        return await self._hooks.call_hook(name, **kwargs)
+    async def call_hook(self, spec: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> list[R]:
+        return await self._hooks.call_hook(spec, *args, **kwargs)
 
-    async def call_first(self, name: str, /, **kwargs: Any) -> Any | None:
-        return await self._hooks.call_first(name, **kwargs)
+    async def call_first(self, spec: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R | None:
+        return await self._hooks.call_first(spec, *args, **kwargs)
 
     async def cancel_tasks(self) -> None:
         """Cancel and await every spawned task (the host calls this before the ``shutdown`` hooks)."""

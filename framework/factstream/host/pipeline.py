@@ -3,11 +3,11 @@
 For rows another process wrote (the replication reader hands them over, per stream, in token order)::
 
     1. cache invalidations   the InvalidationSpecs of the stream
-    2. on_rows hooks         plugins react (local=False)
+    2. rows handlers         plugins react (local=False; register_rows_handlers)
     3. (the reader advances the stream's position)
     4. wake                  /sync long polls of the users the rows concern, then position waiters
 
-Why this order: a plugin reading a cache inside ``on_rows`` must not read what the rows made stale
+Why this order: a plugin reading a cache inside a rows handler must not read what the rows made stale
 (1 before 2); and anyone who observes the new position (a ``wait_for_stream_position`` caller, a
 long poll that returns the new token) must find every cache already invalidated and every plugin's
 reaction done (1 and 2 before 3, 3 before 4). The reader (``ReplicationHandler``) calls
@@ -21,14 +21,14 @@ position when the transaction committed):
 * the invalidations run at once, when the transaction ends: the writer's own next read, possibly
   before the transaction's caller returns, must not hit a stale entry (invalidating is idempotent and
   order-free, so doing it early is safe; it also runs after a rollback, which costs only a reload);
-* the ``on_rows`` hooks (``local=True``) and the wake-ups run in this writer's token order, once
+* the rows handlers (``local=True``) and the wake-ups run in this writer's token order, once
   every earlier ID of this writer is complete: commits can finish out of order, a plugin must not
   see them so. Long polls wake from the rows in memory; nothing is read back from the database.
 
 Fast paths are stages of the same pipeline: :meth:`ReaderPipeline.run` delivers a run of tokens with
-one row each (the common replicated batch) with one cache pass and one plugin frame (:class:`RunStage`:
-every ``on_rows`` implementation called directly, token after token, making exactly the calls
-:meth:`RowsHook.deliver <factstream.plugin.rows.RowsHook.deliver>` would make); each stream's plan
+one row each (the common replicated batch) with one cache pass and one plugin frame
+(:meth:`StreamHandlers.run <factstream.plugin.rows.StreamHandlers.run>`: every handler called
+directly, token after token, making exactly the calls ``deliver`` would make); each stream's plan
 (which stages apply to it) is computed once, so a stream nobody reacts to costs a lookup.
 """
 
@@ -36,41 +36,39 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import inspect
 import itertools
 import logging
 import operator
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from factstream.caches.registry import CacheRegistry
-from factstream.plugin.rows import RowsHook
+from factstream.plugin.rows import StreamHandlers
 from factstream.replication.stream import ReplicatedStream
 from factstream.sync.wakeups import SyncedStream, WakeRouter
 
 log = logging.getLogger(__name__)
-#: A failing ``on_rows`` implementation is logged where the plugin stage logs it (factstream.plugin.rows).
-hook_log = logging.getLogger("factstream.plugin.manager")
 
 
 @dataclass(frozen=True)
 class _Plan:
-    """Which stages apply to one stream's rows: the invalidations, the ``on_rows`` implementations that
-    want the stream (None: none does), the /sync wake-ups."""
+    """Which stages apply to one stream's rows: the invalidations, the stream's rows handlers (None:
+    nobody handles it), the /sync wake-ups."""
 
     invalidate: bool
-    hook: RowsHook | None
-    run_stage: RunStage | RowsHook | None
+    handlers: StreamHandlers | None
     synced: SyncedStream | None
 
 
 class ReaderPipeline:
     """Stages 1, 2 and 4 for replicated rows (see the module docstring)."""
 
-    def __init__(self, caches: CacheRegistry, hook: RowsHook, router: WakeRouter | None) -> None:
+    def __init__(
+        self, caches: CacheRegistry, handlers: Mapping[str, StreamHandlers], router: WakeRouter | None
+    ) -> None:
         self.caches = caches
-        self.hook = hook
+        self.handlers = handlers
         self.router = router
         self._invalidated = caches.applier.streams()
         self._plans: dict[str, _Plan] = {}
@@ -79,23 +77,18 @@ class ReaderPipeline:
         plan = self._plans.get(stream)
         if plan is None:
             synced = self.router.synced.get(stream) if self.router is not None else None
-            hook = self.hook.for_stream(stream)
-            plan = self._plans[stream] = _Plan(
-                stream in self._invalidated,
-                hook if hook else None,
-                RunStage.of(hook) if hook else None,
-                synced,
-            )
+            handlers = self.handlers.get(stream)
+            plan = self._plans[stream] = _Plan(stream in self._invalidated, handlers or None, synced)
         return plan
 
     def rows(self, stream: ReplicatedStream, instance: str, token: int, rows: list[Any]) -> Awaitable[None] | None:
-        """Stages 1 and 2 for one token's rows (and remember them for stage 4); an awaitable if a hook
+        """Stages 1 and 2 for one token's rows (and remember them for stage 4); an awaitable if a handler
         must be awaited before the reader may advance."""
         name = stream.name
         plan = self._plans.get(name) or self.plan(name)
         if plan.invalidate:
             self.caches.apply_rows(name, rows)
-        waiting = plan.hook.deliver(name, instance, token, rows, False) if plan.hook is not None else None
+        waiting = plan.handlers.deliver(instance, token, rows, False) if plan.handlers is not None else None
         if plan.synced is not None:
             self.router.remember(name, rows)  # type: ignore[union-attr]
         return waiting
@@ -108,7 +101,7 @@ class ReaderPipeline:
         plan = self._plans.get(name) or self.plan(name)
         if plan.invalidate:
             self.caches.apply_rows(name, rows)
-        waiting = plan.run_stage.run(name, instance, tokens, rows, False) if plan.run_stage is not None else None
+        waiting = plan.handlers.run(instance, tokens, rows, False) if plan.handlers is not None else None
         if plan.synced is not None:
             self.router.remember(name, rows)  # type: ignore[union-attr]
         return waiting
@@ -119,82 +112,12 @@ class ReaderPipeline:
             self.router.on_position(stream, instance, token)
 
 
-class RunStage:
-    """Stage 2 for a run of tokens with one row each: every ``on_rows`` implementation, in hook order,
-    for each ``(token, [row])`` in token order, in one frame.
-
-    The same calls, arguments and order as :meth:`RowsHook.deliver` token by token, with the same
-    logging of a failing implementation; only the per-call machinery is gone (this runs for every
-    replicated row: two more Python frames per row and implementation cost a reader about 0.05 µs
-    each, a tenth of its CPU per row with two plugins). Built by :meth:`of` when every
-    implementation takes the spec's arguments positionally (the usual case); otherwise the pipeline
-    runs :meth:`RowsHook.run`.
-    """
-
-    def __init__(self, hook: RowsHook) -> None:
-        self.hook = hook
-        self.host = hook.host
-        impls = list(hook.impls)
-        #: ``(plugin, function, arity, the implementations after it)``, in hook order.
-        self.steps = [(*impl, impls[index + 1 :]) for index, impl in enumerate(impls)]
-
-    @staticmethod
-    def of(hook: RowsHook) -> RunStage | RowsHook:
-        """The stage for ``hook``'s implementations, or ``hook`` itself if one takes keywords."""
-        if all(arity in (5, 6) for _, _, arity in hook.impls):
-            return RunStage(hook)
-        return hook
-
-    def run(
-        self, stream: str, instance: str, tokens: list[int], rows: list[Any], local: bool
-    ) -> Awaitable[None] | None:
-        """``deliver`` for each ``(token, [row])``; once an implementation returns an awaitable, an
-        awaitable that awaits it and delivers the rest of the run."""
-        # The call of one implementation is written out in each loop on purpose: a
-        # helper function would be the frame per row and implementation this stage exists to save.
-        host = self.host
-        steps = self.steps
-        pairs = zip(tokens, rows, strict=True)
-        if len(steps) == 1:  # one plugin (the usual case): no loop over the implementations
-            plugin, function, arity, later = steps[0]
-            for token, row in pairs:
-                try:
-                    if arity == 6:
-                        result = function(host, stream, instance, token, [row], local)
-                    else:
-                        result = function(host, stream, instance, token, [row])
-                except Exception as exc:
-                    _hook_failed(plugin, exc)
-                    continue
-                if result is not None and inspect.isawaitable(result):
-                    return self.hook.resume(result, plugin, later, stream, instance, token, [row], pairs, local)
-            return None
-        for token, row in pairs:
-            group = [row]
-            for plugin, function, arity, later in steps:
-                try:
-                    if arity == 6:
-                        result = function(host, stream, instance, token, group, local)
-                    else:
-                        result = function(host, stream, instance, token, group)
-                except Exception as exc:
-                    _hook_failed(plugin, exc)
-                    continue
-                if result is not None and inspect.isawaitable(result):
-                    return self.hook.resume(result, plugin, later, stream, instance, token, group, pairs, local)
-        return None
-
-
-def _hook_failed(plugin: str, exc: Exception) -> None:
-    hook_log.error("plugin %r failed in hook on_rows: %s: %s", plugin, type(exc).__name__, exc)
-
-
 @dataclass
 class _Pending:
     """One written stream's committed rows waiting for every earlier ID of this writer."""
 
     heap: list[tuple[int, int, list[Any]]] = field(default_factory=list)
-    #: A task awaiting a hook's coroutine; later tokens wait for it.
+    #: A task awaiting a handler's coroutine; later tokens wait for it.
     busy: asyncio.Task[None] | None = None
 
 
@@ -221,7 +144,7 @@ class LocalRows:
         plan = self.pipeline.plan(stream)
         if plan.invalidate:
             self.pipeline.caches.apply_rows(stream, rows)
-        if committed and (plan.hook is not None or plan.synced is not None):
+        if committed and (plan.handlers is not None or plan.synced is not None):
             pending = self._pending[stream]
             # Rows at one token (a StreamWriter.reserve_groups group) are delivered together.
             for token, same in itertools.groupby(zip(tokens, rows, strict=True), key=operator.itemgetter(0)):
@@ -243,8 +166,8 @@ class LocalRows:
         while heap and heap[0][0] <= current:
             token, _, rows = heapq.heappop(heap)
             batches.append(rows)
-            if plan.hook is not None:
-                waiting = plan.hook.deliver(name, local, token, rows, True)
+            if plan.handlers is not None:
+                waiting = plan.handlers.deliver(local, token, rows, True)
                 if waiting is not None:
                     pending.busy = asyncio.get_running_loop().create_task(
                         self._after(name, waiting, batches, token), name=f"local-rows:{name}"
@@ -253,7 +176,7 @@ class LocalRows:
         self._wake(plan, current, batches)
 
     async def _after(self, name: str, waiting: Awaitable[None], batches: list[list[Any]], token: int) -> None:
-        """A hook returned a coroutine: await it, wake for what was delivered, then go on in order."""
+        """A handler returned a coroutine: await it, wake for what was delivered, then go on in order."""
         pending = self._pending[name]
         try:
             await waiting

@@ -97,7 +97,7 @@ class MultiWriterIdGenerator(DurableStateMixin):
 
     @classmethod
     def from_spec(
-        cls, db: Database, spec: StreamSpec, settings: Settings, *, leases: WriterLeases | None = None
+        cls, db: Database, spec: StreamSpec[Any], settings: Settings, *, leases: WriterLeases | None = None
     ) -> MultiWriterIdGenerator:
         """The generator for a registered stream, with writers taken from the configuration."""
         return cls(

@@ -1,6 +1,6 @@
 """The host as plugins see it: :class:`HostApi`, its :class:`StreamWriter` per stream, its :class:`Caches`.
 
-Every hook that runs in a host process (``startup``, ``on_rows``, ``shutdown``), every route handler
+Every hook that runs in a host process (``startup``, ``shutdown``), every rows handler, every route handler
 and every :class:`~factstream.SyncRequest` is handed a ``HostApi``. It is a Protocol: the running
 host implements it (``factstream.host.facade``), a plugin's tests may implement it too, and mypy checks
 plugins against it. Nothing else of the host is public: a plugin that reaches past this interface
@@ -14,23 +14,23 @@ What a plugin gets, and the rules it can rely on:
 * **Writing a stream**: ``stream(name, RowType)`` returns a typed :class:`StreamWriter`. Appending
   through it reserves the stream ID inside the caller's transaction; when the transaction commits, the
   rows go through this process's reader pipeline with ``local=True`` (cache invalidations declared
-  with ``InvalidationSpec``, ``on_rows`` hooks, waking ``/sync`` long polls), exactly as replicated
+  with ``InvalidationSpec``, rows handlers, waking ``/sync`` long polls), exactly as replicated
   rows do on every other process. A plugin therefore declares its invalidations once.
 * **Waiting**: ``wait_for_stream_position`` (read-your-writes across processes).
 * **State**: ``state(factory)`` gives one object per host and factory (a store, a cache of its own),
   made on first use; ``plugin_settings(Model)`` the plugin's validated ``plugins.<name>`` section.
 * **Tasks**: ``spawn(coroutine, name=...)`` runs a background task the host cancels when it stops,
   before the ``shutdown`` hooks run.
-* **Hooks plugins define** (``register_hookspecs``): ``call_hook(name, **kwargs)`` calls every
-  implementation, ``call_first(name, **kwargs)`` stops at the first answer; both await coroutines and
-  name the plugin that failed.
+* **Hooks plugins define** (``register_hookspecs``): ``call_hook(spec, **kwargs)`` calls every
+  implementation, ``call_first(spec, **kwargs)`` stops at the first answer; both take the spec
+  function (typed by its signature), await coroutines and name the plugin that failed.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import msgspec
 from pydantic import BaseModel
@@ -43,6 +43,8 @@ RowT = TypeVar("RowT", bound=msgspec.Struct)
 #: A writer takes rows of its type (and nothing else): contravariant in it.
 RowT_contra = TypeVar("RowT_contra", bound=msgspec.Struct, contravariant=True)
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
@@ -147,7 +149,7 @@ class StreamWriter(Protocol[RowT_contra]):
         """:meth:`reserve` with one stream ID per *group* of rows (in order), for several rows per ID.
 
         For a stream whose facts carry more than one row at one ID (the events stream's ``ev`` row
-        and the ``state`` rows it caused): this process's pipeline, and so its ``on_rows`` hooks,
+        and the ``state`` rows it caused): this process's pipeline, and so its rows handlers,
         sees each group's rows together at the group's ID. Every group needs at least one row.
         """
         ...
@@ -210,21 +212,24 @@ class HostApi(Protocol):
         """The validated settings a plugin registered ``model`` for (``register_settings``)."""
         ...
 
-    async def call_hook(self, name: str, /, **kwargs: Any) -> list[Any]:
-        """Call every implementation of ``name``, a hook a plugin defined; their results other than None.
+    async def call_hook(self, spec: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> list[R]:
+        """Call every implementation of ``spec``, a hook a plugin defined; their results other than None.
 
-        Implementations run one at a time in hook order (``tryfirst`` first, ``trylast`` last, the
-        others the plugin loaded last first), each given the arguments it names of ``kwargs``; an
-        awaitable result is awaited before the next one runs. An implementation that raises stops the
-        call with :class:`~factstream.PluginError` naming the plugin and the hook. A name no loaded
-        plugin defines (or a core hook's) raises ``KeyError``.
+        ``spec`` is the ``@factstream.hookspec`` function itself (imported from the plugin that
+        defines it), so mypy checks the arguments and the result against its signature. Pass the
+        arguments by name; each implementation gets those it names. Implementations run one at a
+        time in hook order (``tryfirst`` first, ``trylast`` last, the others the plugin loaded last
+        first); an awaitable result is awaited before the next one runs. An implementation that
+        raises stops the call with :class:`~factstream.PluginError` naming the plugin and the hook.
+        A hook no loaded plugin defines (or a core hook) raises ``KeyError``.
         """
         ...
 
-    async def call_first(self, name: str, /, **kwargs: Any) -> Any | None:
+    async def call_first(self, spec: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R | None:
         """:meth:`call_hook` up to the first implementation whose (awaited) result is not None: that result.
 
         None if every implementation returned None, or none exists. For ``firstresult=True`` hooks,
-        where a ``trylast`` implementation is the default answer.
+        where a ``trylast`` implementation is the default answer; the spec's return type (``T | None``)
+        is the result's.
         """
         ...

@@ -11,20 +11,23 @@ Hooks are grouped by lifecycle phase:
 
 * **registration** (host start-up, before anything runs): ``register_hookspecs`` first, then the
   other ``register_*``;
-* **lifecycle** (the host process): ``startup``, ``on_rows`` and ``shutdown``.
+* **lifecycle** (the host process): ``startup`` and ``shutdown``.
+
+Rows reach plugins through the handlers they register with ``register_rows_handlers``: one typed
+handler per stream (:class:`~factstream.RowsHandlerSpec`), called by the host's reader pipeline.
 
 ``factstream.plugin.manager.PluginHost`` calls these hooks one plugin at a time so that an exception or a bad
 spec is reported with the plugin's name. The hooks plugins define are called the same way, by whoever
-holds a host: ``host.call_hook(name, ...)`` and ``host.call_first(name, ...)``.
+holds a host, with the spec function itself: ``host.call_hook(spec, ...)`` and
+``host.call_first(spec, ...)``, typed by the spec's signature.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-import msgspec
 import pluggy
 
 if TYPE_CHECKING:
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
         RouteSpec,
         SettingsSpec,
     )
-    from factstream.plugin.streams import StreamSpec
+    from factstream.plugin.streams import RegisterRowsHandler, RegisterStream, StreamSpec
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -147,15 +150,17 @@ def register_hookspecs(register: Callable[[ModuleType | type], None]) -> None:
     (documented stubs, as below). It runs when the plugins load, before any other hook, so every
     plugin's hooks are known before hook names are checked. A hook name another plugin defines, or a
     core hook's, is rejected at start-up naming both plugins. Call the hooks from a running host with
-    ``host.call_hook(name, ...)`` (every result) or ``host.call_first(name, ...)`` (the first that is
-    not None, for ``firstresult=True`` specs). Other plugins implement them with
+    the spec function: ``host.call_hook(spec, ...)`` (every result) or ``host.call_first(spec, ...)``
+    (the first that is not None, for ``firstresult=True`` specs); mypy checks the arguments and the
+    result against the spec's signature. Other plugins implement them with
     ``@factstream.hookimpl(defined_by="<this plugin>")``.
 
     Example::
 
         class PolicyHooks:
+            @staticmethod
             @factstream.hookspec(firstresult=True)
-            def check_like(self, host: HostApi, like: LikeRow) -> str | None:
+            def check_like(host: HostApi, like: LikeRow) -> str | None:
                 '''Why ``like`` is refused, or None to let it through.'''
 
         @factstream.hookimpl
@@ -165,7 +170,7 @@ def register_hookspecs(register: Callable[[ModuleType | type], None]) -> None:
 
 
 @hookspec
-def register_streams(register: Callable[[StreamSpec], None]) -> None:
+def register_streams(register: RegisterStream) -> None:
     """Register the plugin's streams.
 
     Call ``register(StreamSpec(...))`` once per stream. Stream names are global: a name already
@@ -177,6 +182,40 @@ def register_streams(register: Callable[[StreamSpec], None]) -> None:
         def register_streams(register):
             register(StreamSpec(name="likes", row_type=LikeRow,
                                 tables=(StreamTable("likes", "instance_name", "stream_id"),)))
+    """
+
+
+@hookspec
+def register_rows_handlers(register: RegisterRowsHandler, streams: Sequence[StreamSpec[Any]]) -> None:
+    """React to a stream's rows: register one typed handler per stream.
+
+    Call ``register(RowsHandlerSpec(stream=SPEC, handler=fn))`` with the stream's spec (yours, or
+    imported from the plugin that registers it) and ``fn(host, instance, token, rows, local)``, whose
+    ``rows`` have the stream's row type (``Sequence[LikeRow]``): mypy checks one against the other.
+    ``streams`` are the specs every plugin registered (``register_streams`` runs first), for a plugin
+    that reacts to every stream. Runs with the other registration hooks; the handlers are called only
+    in a host process.
+
+    The handlers run in a host process for every token's rows of their stream, in stream order per
+    writer: rows another process wrote (``local=False``) and, once their transaction committed and
+    every earlier ID of this writer is complete, the rows this process wrote itself (``local=True``),
+    so a plugin sees its own writes in order too and writes each reaction once. The host's reader
+    pipeline runs, for every token: the stream's cache invalidations (``InvalidationSpec``), then
+    the handlers (in hook order, each plugin's in the order it registered them), then (replicated
+    rows only) the stream's position advances, then waiters and ``/sync`` long polls wake. So what a
+    handler reads through a cache is already invalidated, and whatever it invalidates is invalid
+    before anyone can observe the new position. A handler may be a coroutine function (awaited);
+    an exception is logged with the plugin's name and does not stop the stream. A stream nobody
+    handles costs the reader nothing.
+
+    Example::
+
+        def remember_likes(host: HostApi, instance: str, token: int, rows: Sequence[LikeRow], local: bool) -> None:
+            host.state(RecentLikes).add(token, rows)
+
+        @factstream.hookimpl
+        def register_rows_handlers(register: RegisterRowsHandler) -> None:
+            register(RowsHandlerSpec(stream=LIKES_STREAM, handler=remember_likes))
     """
 
 
@@ -260,38 +299,6 @@ def startup(host: HostApi) -> None:
     ``host`` is the running host (:class:`~factstream.HostApi`); a coroutine function may be used and
     is awaited. An exception stops the host start-up with an error naming the plugin. Background work
     belongs in ``host.spawn(...)``: the host cancels it when it stops.
-    """
-
-
-@hookspec
-def on_rows(host: HostApi, stream: str, instance: str, token: int, rows: Sequence[msgspec.Struct], local: bool) -> None:
-    """Called in a host process for every token's rows of every stream (of the streams the plugin's
-    ``on_rows_streams`` names, when it answers), in stream order per writer.
-
-    ``rows`` are instances of the stream's row type, written by ``instance`` at ``token`` (the wire
-    token: positive also for backwards streams). ``local`` is True for rows this process wrote
-    itself: they arrive once their transaction committed and every earlier ID of this writer is
-    complete, so a plugin sees its own writes in order too and writes each reaction once.
-
-    The host's reader pipeline runs, for every token: the stream's cache invalidations
-    (``InvalidationSpec``), then ``on_rows``, then (replicated rows only) the stream's position
-    advances, then waiters and ``/sync`` long polls wake. So what this hook reads through a cache is
-    already invalidated, and whatever it invalidates is invalid before anyone can observe the new
-    position. A coroutine function may be used and is awaited; exceptions are logged with the
-    plugin's name and do not stop the stream.
-    """
-
-
-@hookspec
-def on_rows_streams() -> Iterable[str] | None:
-    """The names of the streams whose rows this plugin's ``on_rows`` is called with.
-
-    Called once when a host process starts. Not implemented, or ``None``: every stream's rows, as
-    without it. With it, the rows of other streams never reach this plugin's ``on_rows`` (in any
-    process): the reader does not call into the plugin for them at all, which matters on a busy
-    stream the plugin does not care about. A name no plugin registered as a stream is allowed (the
-    stream may come from a plugin installed later). Anything but an iterable of strings stops the
-    host start-up with an error naming the plugin.
     """
 
 

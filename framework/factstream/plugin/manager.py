@@ -30,14 +30,24 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
-from typing import Any
+from typing import Any, Generic, ParamSpec, TypeVar, cast
 
 import pluggy
 
 from factstream.errors import PluginError
 from factstream.plugin import core, hookspecs
 from factstream.plugin.registry import Registry
-from factstream.plugin.rows import RowsHook, positional_arity
+from factstream.plugin.rows import StreamHandlers, bind_handlers
+from factstream.plugin.specs import (
+    CacheSpec,
+    CommandSpec,
+    ExportJobSpec,
+    InvalidationSpec,
+    MigrationSpec,
+    RouteSpec,
+    SettingsSpec,
+)
+from factstream.plugin.streams import RowsHandlerSpec, StreamSpec
 
 ENTRY_POINT_GROUP = "factstream"
 CORE_PLUGIN = "factstream"
@@ -45,16 +55,54 @@ CORE_PLUGIN = "factstream"
 CORE_HOOKS = frozenset(n for n in dir(hookspecs) if hasattr(getattr(hookspecs, n), "factstream_spec"))
 #: The hook that adds plugins' own hook specs; it runs before every other hook.
 HOOKSPECS_HOOK = "register_hookspecs"
-REGISTRATION_HOOKS = (
-    "register_streams",
-    "register_caches",
-    "register_migrations",
-    "register_invalidations",
-    "register_export_jobs",
-    "register_routes",
-    "register_commands",
-    "register_settings",
+
+S = TypeVar("S")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Registration(Generic[S]):
+    """A registration hook: the one spec type its ``register`` takes, and where the registry keeps it."""
+
+    hook: str
+    spec_type: type[S]
+    add: Callable[[Registry, str, S], None]
+
+    def binder(self, registry: Registry, plugin_name: str, trace: bool) -> Callable[[S], None]:
+        """The ``register`` callable handed to ``plugin_name``'s implementation of the hook.
+
+        It takes exactly this hook's spec type: anything else is a :class:`PluginError` naming the
+        plugin, the hook and the type it takes (a ``CacheSpec`` given to ``register_streams``, say).
+        """
+        hook, spec_type, add = self.hook, self.spec_type, self.add
+
+        def register(spec: S) -> None:
+            if not isinstance(spec, spec_type):
+                raise PluginError(
+                    f"plugin {plugin_name!r} registered {spec!r} in {hook}, which takes a {spec_type.__name__}"
+                )
+            if trace:
+                trace_log.info("  %s registered %r", plugin_name, spec)
+            add(registry, plugin_name, spec)
+
+        register.__name__ = f"register[{plugin_name}]"
+        return register
+
+
+#: The registration hooks, in the order they run (``register_rows_handlers`` is handed the streams).
+REGISTRATIONS: tuple[Registration[Any], ...] = (
+    Registration("register_streams", StreamSpec, Registry.add_stream),
+    Registration("register_rows_handlers", RowsHandlerSpec, Registry.add_rows_handler),
+    Registration("register_caches", CacheSpec, Registry.add_cache),
+    Registration("register_migrations", MigrationSpec, Registry.add_migrations),
+    Registration("register_invalidations", InvalidationSpec, Registry.add_invalidation),
+    Registration("register_export_jobs", ExportJobSpec, Registry.add_export_job),
+    Registration("register_routes", RouteSpec, Registry.add_route),
+    Registration("register_commands", CommandSpec, Registry.add_command),
+    Registration("register_settings", SettingsSpec, Registry.add_settings),
 )
+REGISTRATION_HOOKS = tuple(r.hook for r in REGISTRATIONS)
 
 trace_log = logging.getLogger("factstream.hooks")
 log = logging.getLogger(__name__)
@@ -174,9 +222,14 @@ class PluginHost:
         """Everything the plugins registered; built (and validated) on first use."""
         if self._registry is None:
             registry = Registry()
-            for hook in REGISTRATION_HOOKS:
+            for registration in REGISTRATIONS:
+                hook = registration.hook
                 for plugin_name, function in self._impls(hook):
-                    self._call(plugin_name, hook, function, register=_binder(registry, plugin_name, hook, self))
+                    register = registration.binder(registry, plugin_name, self.trace)
+                    # ``streams`` is taken by register_rows_handlers only (each implementation gets
+                    # the arguments it names): every stream is registered by then.
+                    streams = [r.spec for r in registry.streams]
+                    self._call(plugin_name, hook, function, register=register, streams=streams)
             registry.finish()
             self._registry = registry
         return self._registry
@@ -203,36 +256,13 @@ class PluginHost:
     def has_impls(self, hook: str) -> bool:
         return bool(getattr(self.pm.hook, hook).get_hookimpls())
 
-    def rows_hook(self, host: object) -> RowsHook:
-        """The ``on_rows`` implementations bound to ``host``, for the reader pipeline (plugin/rows.py).
+    def rows_handlers(self, host: object) -> dict[str, StreamHandlers]:
+        """Each handled stream's rows handlers bound to ``host``, for the reader pipeline (plugin/rows.py).
 
-        With tracing on, every implementation is called through the traced keyword path.
+        In hook order of the plugins, each plugin's handlers in the order it registered them; with
+        tracing on, every call is logged.
         """
-        impls = [
-            (name, function, 0 if self.trace else positional_arity(function))
-            for name, function in self._impls("on_rows")
-        ]
-        return RowsHook(host, impls, self._call, self.rows_streams())
-
-    def rows_streams(self) -> dict[str, frozenset[str]]:
-        """Each plugin's answer to ``on_rows_streams`` (plugins that answer None are not in it);
-        :class:`PluginError` naming the plugin for an answer that is not an iterable of names."""
-        declared: dict[str, frozenset[str]] = {}
-        for name, function in self._impls("on_rows_streams"):
-            answer = self._call(name, "on_rows_streams", function)
-            if answer is None:
-                continue
-            if isinstance(answer, str | bytes) or not isinstance(answer, Iterable):
-                raise PluginError(
-                    f"plugin {name!r}: on_rows_streams must return stream names (a list of strings) or None,"
-                    f" not {type(answer).__name__}"
-                )
-            names = list(answer)
-            odd = [n for n in names if not isinstance(n, str)]
-            if odd:
-                raise PluginError(f"plugin {name!r}: on_rows_streams returned {odd[0]!r}, which is not a stream name")
-            declared[name] = frozenset(names)
-        return declared
+        return bind_handlers(host, self.registry.rows_handlers, trace=self.trace)
 
     async def shutdown(self, host: object) -> list[PluginError]:
         """Run every ``shutdown(host)`` in reverse order; failures are collected, not raised."""
@@ -248,37 +278,51 @@ class PluginHost:
 
     # -- hooks plugins define ----------------------------------------------------------------------
 
-    async def call_hook(self, name: str, /, **kwargs: Any) -> list[Any]:
-        """Call every implementation of the plugin-defined hook ``name``; their results but None, in order.
+    async def call_hook(self, spec: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> list[R]:
+        """Call every implementation of the plugin-defined hook ``spec`` (the ``@factstream.hookspec``
+        function itself); their results but None, in order.
 
         Implementations run one at a time in pluggy's order (``tryfirst``, the others with the plugin
-        loaded last first, ``trylast``), each with the arguments it names (a subset of ``kwargs``); an
+        loaded last first, ``trylast``), each with the arguments it names (a subset of the spec's); an
         awaitable result is awaited before the next implementation runs. One that raises stops the call
-        with a :class:`PluginError` naming the plugin and the hook (the exception chained). A name no
-        loaded plugin defines, or a core hook's, raises :class:`KeyError`.
+        with a :class:`PluginError` naming the plugin and the hook (the exception chained). A hook no
+        loaded plugin defines, or a core hook, raises :class:`KeyError`.
         """
+        name, arguments = self._hook_call(spec, args, kwargs)
         results = []
         for plugin_name, function in self._plugin_hook(name):
-            result = self._call(plugin_name, name, function, **kwargs)
+            result = self._call(plugin_name, name, function, **arguments)
             if inspect.isawaitable(result):
                 result = await _named(plugin_name, name, result)
             if result is not None:
                 results.append(result)
         return results
 
-    async def call_first(self, name: str, /, **kwargs: Any) -> Any | None:
+    async def call_first(self, spec: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R | None:
         """Like :meth:`call_hook`, but stop at the first result (awaited) that is not None and return it.
 
         None when every implementation returned None, or there is none. The implementations after the
         one that answered are not called: a ``trylast`` implementation is a default.
         """
+        name, arguments = self._hook_call(spec, args, kwargs)
         for plugin_name, function in self._plugin_hook(name):
-            result = self._call(plugin_name, name, function, **kwargs)
+            result = self._call(plugin_name, name, function, **arguments)
             if inspect.isawaitable(result):
                 result = await _named(plugin_name, name, result)
             if result is not None:
-                return result
+                return cast(R, result)
         return None
+
+    def _hook_call(
+        self, spec: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        """The hook's name and the call's arguments by name (positional ones bound to the spec's names)."""
+        name = getattr(spec, "__name__", None)
+        if name is None or not hasattr(spec, f"{ENTRY_POINT_GROUP}_spec"):
+            raise TypeError(f"call_hook and call_first take a @factstream.hookspec function, not {spec!r}")
+        if args:
+            kwargs = dict(inspect.signature(spec).bind_partial(*args, **kwargs).arguments)
+        return name, kwargs
 
     def _plugin_hook(self, name: str) -> list[tuple[str, Callable[..., Any]]]:
         """The implementations of a plugin-defined hook, resolved once per name (cleared by :meth:`add`)."""
@@ -472,16 +516,6 @@ async def _named(plugin_name: str, hook: str, awaitable: Any) -> Any:
         raise
     except Exception as exc:
         raise PluginError(f"plugin {plugin_name!r} failed in hook {hook}: {type(exc).__name__}: {exc}") from exc
-
-
-def _binder(registry: Registry, plugin_name: str, hook: str, host: PluginHost) -> Callable[[Any], None]:
-    def register(spec: Any) -> None:
-        if host.trace:
-            trace_log.info("  %s registered %r", plugin_name, spec)
-        registry.add(plugin_name, spec)
-
-    register.__name__ = f"register[{plugin_name}]"
-    return register
 
 
 def _module_name(plugin: object) -> str:

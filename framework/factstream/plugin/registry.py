@@ -22,7 +22,7 @@ from factstream.plugin.specs import (
     RouteSpec,
     SettingsSpec,
 )
-from factstream.plugin.streams import StreamSpec
+from factstream.plugin.streams import RowsHandlerSpec, StreamSpec
 
 T = TypeVar("T")
 
@@ -81,9 +81,11 @@ class Registry:
     """All specs registered by the loaded plugins, one table per kind."""
 
     def __init__(self) -> None:
-        self.streams: _Table[StreamSpec] = _Table("stream", lambda s: s.name)
+        self.streams: _Table[StreamSpec[Any]] = _Table("stream", lambda s: s.name)
         self.caches: _Table[CacheSpec] = _Table("cache", lambda s: s.name)
         self.invalidations: list[Registered[InvalidationSpec]] = []
+        #: In registration order: the order in which the reader pipeline calls the handlers.
+        self.rows_handlers: list[Registered[RowsHandlerSpec[Any]]] = []
         self.migrations: _Table[MigrationSpec] = _Table("migration branch", lambda s: "")
         self.export_jobs: _Table[ExportJobSpec] = _Table("export job", lambda s: s.name)
         self.routes: _Table[RouteSpec] = _Table("route", lambda s: ",".join(s.methods) + " " + s.path)
@@ -94,38 +96,58 @@ class Registry:
 
     # -- registration ------------------------------------------------------------------------------
 
-    def add(self, plugin: str, spec: Any) -> None:
-        """Record ``spec`` for ``plugin``; raises :class:`PluginError` naming the plugin(s)."""
+    def _open(self, plugin: str, spec: object) -> None:
         if self._finished:
             raise PluginError(f"plugin {plugin!r} tried to register {type(spec).__name__} after start-up")
-        if isinstance(spec, StreamSpec):
-            self.streams.add(plugin, spec)
-        elif isinstance(spec, CacheSpec):
-            self.caches.add(plugin, spec)
-        elif isinstance(spec, InvalidationSpec):
-            self.invalidations.append(Registered(plugin, spec))
-        elif isinstance(spec, MigrationSpec):
-            if plugin in self.migrations:
-                raise PluginError(f"plugin {plugin!r} registered more than one migrations directory")
-            self.migrations.entries[plugin] = Registered(plugin, spec)
-        elif isinstance(spec, ExportJobSpec):
-            self.export_jobs.add(plugin, spec)
-        elif isinstance(spec, RouteSpec):
-            for method in spec.methods:
-                # One entry per method, keeping the access level the whole spec resolved to.
-                self.routes.add(plugin, replace(spec, methods=(method,)))
-        elif isinstance(spec, CommandSpec):
-            self.commands.add(plugin, spec)
-        elif isinstance(spec, SettingsSpec):
-            if plugin in self.settings:
-                raise PluginError(f"plugin {plugin!r} registered settings more than once")
-            if any(r.spec.model is spec.model for r in self.settings):
-                raise PluginError(
-                    f"plugin {plugin!r} registered settings model {spec.model.__name__}, already registered"
-                )
-            self.settings.entries[plugin] = Registered(plugin, spec)
-        else:
-            raise PluginError(f"plugin {plugin!r} registered {spec!r}, which is not a factstream spec")
+
+    def add_stream(self, plugin: str, spec: StreamSpec[Any]) -> None:
+        """Record ``spec`` for ``plugin``; each ``add_*`` raises :class:`PluginError` naming the plugin(s)."""
+        self._open(plugin, spec)
+        self.streams.add(plugin, spec)
+
+    def add_rows_handler(self, plugin: str, spec: RowsHandlerSpec[Any]) -> None:
+        self._open(plugin, spec)
+        self.rows_handlers.append(Registered(plugin, spec))
+
+    def add_cache(self, plugin: str, spec: CacheSpec) -> None:
+        self._open(plugin, spec)
+        self.caches.add(plugin, spec)
+
+    def add_invalidation(self, plugin: str, spec: InvalidationSpec) -> None:
+        self._open(plugin, spec)
+        self.invalidations.append(Registered(plugin, spec))
+
+    def add_migrations(self, plugin: str, spec: MigrationSpec) -> None:
+        self._open(plugin, spec)
+        if plugin in self.migrations:
+            raise PluginError(f"plugin {plugin!r} registered more than one migrations directory")
+        self.migrations.entries[plugin] = Registered(plugin, spec)
+
+    def add_export_job(self, plugin: str, spec: ExportJobSpec) -> None:
+        self._open(plugin, spec)
+        self.export_jobs.add(plugin, spec)
+
+    def add_route(self, plugin: str, spec: RouteSpec) -> None:
+        self._open(plugin, spec)
+        for method in spec.methods:
+            # One entry per method, keeping the access level the whole spec resolved to.
+            self.routes.add(plugin, replace(spec, methods=(method,)))
+
+    def add_command(self, plugin: str, spec: CommandSpec) -> None:
+        self._open(plugin, spec)
+        self.commands.add(plugin, spec)
+
+    def add_settings(self, plugin: str, spec: SettingsSpec) -> None:
+        self._open(plugin, spec)
+        if plugin in self.settings:
+            raise PluginError(f"plugin {plugin!r} registered settings more than once")
+        if any(r.spec.model is spec.model for r in self.settings):
+            raise PluginError(f"plugin {plugin!r} registered settings model {spec.model.__name__}, already registered")
+        self.settings.entries[plugin] = Registered(plugin, spec)
+
+    def handlers_of(self, stream: str) -> list[Registered[RowsHandlerSpec[Any]]]:
+        """The rows handlers of ``stream``, in registration order."""
+        return [r for r in self.rows_handlers if r.spec.stream.name == stream]
 
     def finish(self) -> None:
         """Check references across plugins; after this nothing more can be registered."""
@@ -153,6 +175,15 @@ class Registry:
                 problems.append(f"plugin {inv.plugin!r} declares an invalidation on unknown stream {inv.spec.stream!r}")
             if inv.spec.cache not in self.caches:
                 problems.append(f"plugin {inv.plugin!r} declares an invalidation of unknown cache {inv.spec.cache!r}")
+        for handler in self.rows_handlers:
+            stream = handler.spec.stream
+            if stream.name in self.streams and self.streams.get(stream.name).row_type is not stream.row_type:
+                registered = self.streams.get(stream.name).row_type
+                problems.append(
+                    f"plugin {handler.plugin!r} handles rows of stream {stream.name!r} as "
+                    f"{stream.row_type.__name__}, but plugin {self.streams.owner(stream.name)!r} registered it "
+                    f"with row type {registered.__name__}"
+                )
         for job in self.export_jobs:
             if job.spec.stream not in self.streams:
                 problems.append(

@@ -5,13 +5,17 @@ A stream is an append-only log of facts with integer stream IDs. The spec says w
 writer instance), which Postgres sequence hands out its IDs, whether IDs grow upwards (normal) or
 downwards (a backfill stream: -2, -3, ...), who may write it, and the row type sent over replication
 (a ``msgspec.Struct`` whose fields, in order, are the wire array).
+
+A spec is generic in its row type (``StreamSpec[LikeRow]``, inferred from ``row_type``), and so is
+what reacts to its rows: a :class:`RowHandlerSpec` pairs a stream spec with a handler of that row
+type, so mypy checks a handler against the stream it is registered for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 import msgspec
 
@@ -22,6 +26,11 @@ if TYPE_CHECKING:
     from factstream.plugin.api import HostApi
 
 WritersMode = Literal["configured", "any"]
+
+#: A stream's row type: a ``msgspec.Struct`` subclass.
+RowT = TypeVar("RowT", bound=msgspec.Struct)
+#: A rows handler takes rows of its type or of any subtype: contravariant in it.
+RowT_contra = TypeVar("RowT_contra", bound=msgspec.Struct, contravariant=True)
 
 #: One update: the fact's stream ID as sent on the wire (positive, also for backwards streams) and a
 #: row of the stream's row type.
@@ -79,12 +88,24 @@ class StreamTable:
             check_name(what, value)
 
 
+class AnyStreamSpec:
+    """A :class:`StreamSpec` of any row type: what ``register_streams``'s ``register`` takes.
+
+    Not generic on purpose. Were ``register`` typed ``(StreamSpec[RowT]) -> None``, mypy would infer
+    a spec built inside the call (``register(StreamSpec(...))``) from that context, as a
+    ``StreamSpec[Any]``, and check nothing; against a base that is not generic, every spec is
+    checked where it is built (its ``wake`` against its ``row_type``, say).
+    """
+
+
 @dataclass(frozen=True)
-class StreamSpec:
+class StreamSpec(AnyStreamSpec, Generic[RowT]):
     """Everything the core needs to generate IDs for, replicate and export one stream.
 
     * ``name``: the replication stream name (``RDATA <name> ...``), unique across plugins.
-    * ``row_type``: a ``msgspec.Struct``; its fields in declaration order form the wire array.
+    * ``row_type``: a ``msgspec.Struct``; its fields in declaration order form the wire array. The
+      spec is generic in it: ``StreamSpec(name="likes", row_type=LikeRow, ...)`` is a
+      ``StreamSpec[LikeRow]``.
     * ``tables``: the backing tables (several for streams such as events).
     * ``sequence``: the Postgres sequence (default ``<name>_seq``); ``positions_key``: the key in
       ``stream_positions`` (default the name).
@@ -106,7 +127,7 @@ class StreamSpec:
     """
 
     name: str
-    row_type: type[msgspec.Struct]
+    row_type: type[RowT]
     tables: tuple[StreamTable, ...]
     sequence: str = ""
     positions_key: str = ""
@@ -116,7 +137,7 @@ class StreamSpec:
     description: str = ""
     update_function: UpdateFunction | None = None
     user_field: str | None = None
-    wake: Callable[[Any], Wake] | None = None
+    wake: Callable[[RowT], Wake] | None = None
     sync_rows: SyncRowsFunction | None = None
 
     def __post_init__(self) -> None:
@@ -153,11 +174,57 @@ class StreamSpec:
         return self.update_function or table_update_function(self)
 
 
+class RowsHandler(Protocol[RowT_contra]):
+    """``handler(host, instance, token, rows, local)``: react to one token's rows of one stream.
+
+    ``rows`` are the stream's rows (of its row type) that ``instance`` wrote at ``token`` (the wire
+    token: positive also for backwards streams); ``local`` is True for rows this process wrote
+    itself. It returns None, or an awaitable (an ``async def`` handler) that is awaited before the
+    next handler, and the next token, see rows. The parameters are positional: name them as you like.
+    """
+
+    def __call__(
+        self, host: HostApi, instance: str, token: int, rows: Sequence[RowT_contra], local: bool, /
+    ) -> Awaitable[None] | None: ...
+
+
+class AnyRowsHandlerSpec:
+    """A :class:`RowsHandlerSpec` of any row type: what ``register_rows_handlers``'s ``register`` takes
+    (not generic, so that mypy checks each spec where it is built: see :class:`AnyStreamSpec`)."""
+
+
+@dataclass(frozen=True)
+class RowsHandlerSpec(AnyRowsHandlerSpec, Generic[RowT]):
+    """``handler`` reacts to every token's rows of ``stream``, in every host process.
+
+    ``stream`` is the stream's spec (the one its plugin registers, imported from that plugin), so the
+    handler's row type is checked against the stream's by mypy: a ``RowsHandler[EventsRow]`` for a
+    ``StreamSpec[LikeRow]`` is a type error. At start-up the host checks it again: a stream
+    registered with another row type than ``stream``'s stops the start naming both plugins. A
+    handler for a stream no plugin registered is never called (its plugin may be installed later).
+    """
+
+    stream: StreamSpec[RowT]
+    handler: RowsHandler[RowT]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stream, StreamSpec):
+            raise ValueError(f"rows handler: stream must be a StreamSpec, not {self.stream!r}")
+        if not callable(self.handler):
+            raise ValueError(f"rows handler of stream {self.stream.name!r}: handler must be callable")
+
+
+#: The ``register`` callable of ``register_streams``: takes one :class:`StreamSpec` per call.
+RegisterStream = Callable[[AnyStreamSpec], None]
+#: The ``register`` callable of ``register_rows_handlers``: takes one :class:`RowsHandlerSpec` per call.
+RegisterRowsHandler = Callable[[AnyRowsHandlerSpec], None]
+
+
 #: How many tokens one page of :func:`table_update_function` reads at most, in multiples of its limit.
 PAGE_SPAN = 4
 
 
-def table_update_function(spec: StreamSpec) -> UpdateFunction:
+def table_update_function(spec: StreamSpec[Any]) -> UpdateFunction:
     """An update function reading rows straight from the backing tables.
 
     Every backing table must have a column for each field of the row type (same names). Rows are read

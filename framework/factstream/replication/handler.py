@@ -15,7 +15,7 @@ Guarantees, per stream:
   reads the writer's rows after its current view through the stream's update function, in token
   order, looping while the function is limited.
 * For every token: first the host's pipeline sees the rows (:meth:`RowSink.rows`: cache
-  invalidations, ``on_rows`` hooks), then the ID generator advances, then the pipeline wakes long
+  invalidations, rows handlers), then the ID generator advances, then the pipeline wakes long
   polls (:meth:`RowSink.advanced`) and the handler its position waiters. A reader that waits for a
   position therefore never reads state that the rows at that position made stale. The stages
   themselves live in ``factstream.host.pipeline``.

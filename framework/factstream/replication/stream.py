@@ -35,7 +35,7 @@ class RowError(ValueError):
 class ReplicatedStream:
     """One stream's replication state in this process."""
 
-    def __init__(self, spec: StreamSpec, id_gen: MultiWriterIdGenerator, db: Database) -> None:
+    def __init__(self, spec: StreamSpec[Any], id_gen: MultiWriterIdGenerator, db: Database) -> None:
         self.spec = spec
         self.name = spec.name
         self.id_gen = id_gen

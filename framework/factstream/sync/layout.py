@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from factstream.db.database import Database
@@ -163,7 +163,9 @@ def plan_layout(
     return SyncKeyLayout(tuple(ordered)), new_rows
 
 
-def sync_keys_for_streams(streams: Iterable[StreamSpec], writers_for: Callable[[str], Sequence[str]]) -> list[SyncKey]:
+def sync_keys_for_streams(
+    streams: Iterable[StreamSpec[Any]], writers_for: Callable[[str], Sequence[str]]
+) -> list[SyncKey]:
     """The sync keys the given streams declare, with the kind their writers call for.
 
     ``writers_for(stream_name)`` returns the configured writers (``Settings.writers_for`` fits).

@@ -57,7 +57,7 @@ def _cut(request: SyncRequest, items: list[tuple[int, str, Any]], cut: int | Non
     return out
 
 
-def _table_reader(spec: StreamSpec, user_field: str) -> Any:
+def _table_reader(spec: StreamSpec[Any], user_field: str) -> Any:
     """Rows straight from the backing tables, filtered by user in SQL (index ``user_field`` for speed).
 
     One query over every writer's range, in position order, so that a response cut at the limit

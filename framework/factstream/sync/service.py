@@ -82,7 +82,7 @@ class SyncHost(Protocol):
     def api(self) -> HostApi: ...
 
 
-def check_sync_keys(specs: Sequence[StreamSpec], replicated: Mapping[str, object], instance: str) -> None:
+def check_sync_keys(specs: Sequence[StreamSpec[Any]], replicated: Mapping[str, object], instance: str) -> None:
     """Every sync key must follow a stream this instance replicates (``ConfigError`` otherwise).
 
     A token field whose stream this process does not follow would stay at 0 here while other

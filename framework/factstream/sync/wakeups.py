@@ -33,7 +33,7 @@ from factstream.sync.notifier import Notifier
 log = logging.getLogger(__name__)
 
 
-def wake_function(spec: StreamSpec) -> Callable[[Any], Wake] | None:
+def wake_function(spec: StreamSpec[Any]) -> Callable[[Any], Wake] | None:
     """The stream's ``wake``, or the default from ``user_field``; ``None`` when rows wake nobody."""
     if spec.wake is not None:
         return spec.wake
@@ -51,7 +51,7 @@ def wake_function(spec: StreamSpec) -> Callable[[Any], Wake] | None:
 class SyncedStream:
     """A stream clients follow through ``/sync``: its spec, replication state and token field."""
 
-    spec: StreamSpec
+    spec: StreamSpec[Any]
     stream: ReplicatedStream
     key: str
     wake: Callable[[Any], Wake] | None

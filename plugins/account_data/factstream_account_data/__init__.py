@@ -26,6 +26,7 @@ from factstream import (
     ExportJobSpec,
     InvalidationSpec,
     MigrationSpec,
+    RegisterStream,
     RouteSpec,
     SettingsSpec,
     StreamSpec,
@@ -62,7 +63,7 @@ ACCOUNT_DATA_STREAM = StreamSpec(
 
 
 @factstream.hookimpl
-def register_streams(register: Callable[[StreamSpec], None]) -> None:
+def register_streams(register: RegisterStream) -> None:
     register(ACCOUNT_DATA_STREAM)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import factstream
-from factstream import ExportJobSpec, HostApi, MigrationSpec, StreamSpec
+from factstream import ExportJobSpec, HostApi, MigrationSpec, RegisterStream
 from factstream_caches.export import CACHES_HOURLY
 from factstream_caches.retention import delete_old_invalidations, run_retention
 from factstream_caches.rows import CACHES_STREAM, TABLE, CacheInvalidationRow
@@ -27,7 +27,7 @@ __all__ = ["CACHES_STREAM", "TABLE", "CacheInvalidationRow", "delete_old_invalid
 
 
 @factstream.hookimpl
-def register_streams(register: Callable[[StreamSpec], None]) -> None:
+def register_streams(register: RegisterStream) -> None:
     register(CACHES_STREAM)
 
 

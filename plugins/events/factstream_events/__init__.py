@@ -18,15 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-import msgspec
-
 import factstream
 from factstream import (
     CacheSpec,
     HostApi,
     InvalidationSpec,
     MigrationSpec,
+    RegisterRowsHandler,
+    RegisterStream,
     RouteSpec,
+    RowsHandlerSpec,
     SettingsSpec,
     StreamSpec,
     cached_specs,
@@ -74,7 +75,7 @@ BACKFILL_STREAM_SPEC = StreamSpec(
 
 
 @factstream.hookimpl
-def register_streams(register: Callable[[StreamSpec], None]) -> None:
+def register_streams(register: RegisterStream) -> None:
     register(EVENTS_STREAM_SPEC)
     register(BACKFILL_STREAM_SPEC)
 
@@ -99,16 +100,15 @@ async def startup(host: HostApi) -> None:
     censor.start(host)
 
 
-@factstream.hookimpl
-def on_rows_streams() -> list[str]:
-    """``on_rows`` below wants the events stream only: the reader never calls it for other streams."""
-    return [STREAM]
+def feed_timeline(host: HostApi, instance: str, token: int, rows: Sequence[EventsRow], local: bool) -> None:
+    """Feed the stream change caches with the events stream's rows, this process's own and replicated."""
+    host.state(EventsStore).timeline.on_rows(token, rows)
 
 
 @factstream.hookimpl
-def on_rows(host: HostApi, stream: str, instance: str, token: int, rows: Sequence[msgspec.Struct], local: bool) -> None:
-    """Feed the stream change caches with the events stream's rows (only those: ``on_rows_streams``)."""
-    host.state(EventsStore).timeline.on_rows(token, [r for r in rows if isinstance(r, EventsRow)])
+def register_rows_handlers(register: RegisterRowsHandler) -> None:
+    """The events stream's rows feed the timeline (the backfill stream's never do)."""
+    register(RowsHandlerSpec(stream=EVENTS_STREAM_SPEC, handler=feed_timeline))
 
 
 @factstream.hookimpl

@@ -1,7 +1,9 @@
 """The hooks the events plugin offers other plugins (registered with ``register_hookspecs``).
 
 Both are ``firstresult``: implementations run in hook order and the first answer other than None is
-used; the events plugin's own implementations run last (``trylast``) and are the defaults.
+used; the events plugin's own implementations run last (``trylast``) and are the defaults. Callers
+pass the spec itself, ``await host.call_first(hookspecs.resolve_state, room_id=..., ...)``, so mypy
+checks the arguments and the answer's type against the signatures below.
 """
 
 from __future__ import annotations
@@ -10,10 +12,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import factstream
+from factstream_events.policy import RoomFacts
+from factstream_events.statemath import State
 
 
 @factstream.hookspec(firstresult=True)
-def resolve_state(room_id: str, room_version: str, states: Sequence[Any]) -> Any:
+def resolve_state(room_id: str, room_version: str, states: Sequence[State]) -> State | None:
     """The state before an event whose prev_events' states differ (and a room's current state when
     its forward extremities' states differ).
 
@@ -26,7 +30,7 @@ def resolve_state(room_id: str, room_version: str, states: Sequence[Any]) -> Any
 
 
 @factstream.hookspec(firstresult=True)
-def check_local_event(room_id: str, event: Mapping[str, Any], state: Any, facts: Any) -> Any:
+def check_local_event(room_id: str, event: Mapping[str, Any], state: State, facts: RoomFacts) -> bool | str | None:
     """Whether this server may create ``event`` (a local event, complete but for its hashes and ID).
 
     ``state`` is the room's state before the event (``type -> state_key -> event_id``), ``facts``

@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 
 from factstream import HostApi, LruCache
+from factstream_events import hookspecs
 from factstream_events.batch import NewEvent, Persisted, now_ms
 from factstream_events.caches import ROOM_CREATORS, STATE_CONTENTS
 from factstream_events.canonical import CanonicalJsonError, EventJsonError, parse_event_json
@@ -97,11 +98,15 @@ class EventsStore:
     # -- hooks -------------------------------------------------------------------------------------
 
     async def _resolve(self, room_id: str, room_version: str, states: Sequence[State]) -> State:
-        answer = await self.host.call_first("resolve_state", room_id=room_id, room_version=room_version, states=states)
+        answer = await self.host.call_first(
+            hookspecs.resolve_state, room_id=room_id, room_version=room_version, states=states
+        )
         return default_resolve(states) if answer is None else answer
 
     async def _policy(self, room_id: str, event: Mapping[str, Any], state: State, facts: RoomFacts) -> str | None:
-        answer = await self.host.call_first("check_local_event", room_id=room_id, event=event, state=state, facts=facts)
+        answer = await self.host.call_first(
+            hookspecs.check_local_event, room_id=room_id, event=event, state=state, facts=facts
+        )
         if answer is None or answer is True:
             return None
         return answer if isinstance(answer, str) and answer else "the local policy refused the event"

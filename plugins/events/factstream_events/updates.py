@@ -13,8 +13,6 @@ one ``state-all`` row instead.
 
 from __future__ import annotations
 
-from typing import Any
-
 from factstream import Database
 from factstream_events.rows import (
     STATE_ALL_THRESHOLD,
@@ -53,7 +51,7 @@ ORDER BY x.stream_id
 
 async def events_updates(
     db: Database, instance: str, low: int, high: int, target: int
-) -> tuple[list[tuple[int, Any]], int, bool]:
+) -> tuple[list[tuple[int, EventsRow]], int, bool]:
     """The rows of ``instance`` in ``(low, high]`` (module docstring)."""
     if low >= high:
         return [], high, False
@@ -76,7 +74,7 @@ async def events_updates(
         limited = True
         events = [r for r in events if int(r[0]) <= bound]
     outliers = await db.fetchall(_EX_OUTLIERS, {**params, "high": bound})
-    updates: list[tuple[int, Any, int]] = []
+    updates: list[tuple[int, EventsRow, int]] = []
     for r in events:
         data = EventRowData(r[1], r[2], r[3], r[4], r[5], r[6], r[7], False, bool(r[8]))
         updates.append((int(r[0]), ev_row(data), 0))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import factstream
-from factstream import ExportJobSpec, MigrationSpec, RouteSpec, SettingsSpec, StreamSpec
+from factstream import ExportJobSpec, MigrationSpec, RegisterStream, RouteSpec, SettingsSpec, StreamSpec
 from factstream_to_device.export import TO_DEVICE_DAILY
 from factstream_to_device.routes import ROUTES
 from factstream_to_device.rows import SEQUENCE, STREAM, SYNC_KEY, TABLES, ToDeviceRow
@@ -43,7 +43,7 @@ TO_DEVICE_STREAM = StreamSpec(
 
 
 @factstream.hookimpl
-def register_streams(register: Callable[[StreamSpec], None]) -> None:
+def register_streams(register: RegisterStream) -> None:
     register(TO_DEVICE_STREAM)
 
 

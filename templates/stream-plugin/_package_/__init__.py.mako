@@ -15,9 +15,9 @@ from factstream import (
 % endif
     InvalidationSpec,
     MigrationSpec,
+    RegisterStream,
     RouteSpec,
     SettingsSpec,
-    StreamSpec,
     cached_specs,
 )
 
@@ -32,7 +32,7 @@ from ${package}.store import ${camel}Store
 
 
 @factstream.hookimpl
-def register_streams(register: Callable[[StreamSpec], None]) -> None:
+def register_streams(register: RegisterStream) -> None:
     register(${upper}_STREAM)
 
 

@@ -1,6 +1,6 @@
 """Fixtures for the bundled account_data and to_device plugins: a migrated database, factstream.testing's
 ``host_cluster`` on it (main and worker1 over TCP, one database; both streams written by main unless a
-host says otherwise: ``stream_writers=writing("main", "worker1")``), an ``on_rows`` observer, and
+host says otherwise: ``stream_writers=writing("main", "worker1")``), a rows handler observing every stream, and
 clients of the hosts' HTTP API (``tests/bundled/account_data_to_device/support.py`` holds the tokens they use)."""
 
 from __future__ import annotations
@@ -20,12 +20,20 @@ from tests.export.conftest import spark  # noqa: F401  (the session's local Spar
 #: A plugin that records, per instance, every replicated row (``(stream, instance, token, row)``).
 OBSERVER = """
 import factstream
+from factstream import RowsHandlerSpec
 
 seen = {}
 
+def observer(stream):
+    def observe(host, instance, token, rows, local):
+        seen.setdefault(host.instance_name, []).extend((stream, instance, token, row) for row in rows)
+
+    return observe
+
 @factstream.hookimpl
-def on_rows(host, stream, instance, token, rows):
-    seen.setdefault(host.instance_name, []).extend((stream, instance, token, row) for row in rows)
+def register_rows_handlers(register, streams):
+    for spec in streams:
+        register(RowsHandlerSpec(stream=spec, handler=observer(spec.name)))
 """
 
 

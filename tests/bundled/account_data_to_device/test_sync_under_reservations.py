@@ -4,7 +4,7 @@
 The skip ``tests/bundled/events/test_new_events_replicated.py`` pins down was on the writer's side of
 replication, so it hit every stream: a row whose ID completed while an earlier reservation of main
 still waited for the sequence went out as a bare ``POSITION`` (its captured row dropped). The worker
-then passed it without its ``on_rows`` hooks, its cache invalidations or its wake-up: a long poll of
+then passed it without its rows handlers, its cache invalidations or its wake-up: a long poll of
 its user was not woken (and, with nothing newer for that user, never got it) and ``account_data``'s
 cached value stayed stale for good. Main's sequence calls are held or slowed here
 (``tests/reservations.py``); appends take their IDs inside their ``INSERT``, so the window is opened by

@@ -8,8 +8,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-import msgspec
-
 import factstream
 from factstream import (
     CacheSpec,
@@ -17,9 +15,11 @@ from factstream import (
     HostApi,
     InvalidationSpec,
     MigrationSpec,
+    RegisterRowsHandler,
+    RegisterStream,
     RouteSpec,
+    RowsHandlerSpec,
     SettingsSpec,
-    StreamSpec,
     cached_specs,
 )
 from factstream_likes.routes import ROUTES
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 @factstream.hookimpl
-def register_streams(register: Callable[[StreamSpec], None]) -> None:
+def register_streams(register: RegisterStream) -> None:
     register(LIKES_STREAM)
 
 
@@ -67,13 +67,14 @@ def register_export_jobs(register: Callable[[ExportJobSpec], None]) -> None:
     register(ExportJobSpec(name="likes_archive", stream=STREAM, description="every like: who liked what"))
 
 
-@factstream.hookimpl
-def on_rows(host: HostApi, stream: str, instance: str, token: int, rows: Sequence[msgspec.Struct], local: bool) -> None:
+def remember_likes(host: HostApi, instance: str, token: int, likes: Sequence[LikeRow], local: bool) -> None:
     """Every process keeps the likes it saw last; only the process that wrote a like logs it."""
-    if stream != STREAM:
-        return
-    likes = [row for row in rows if isinstance(row, LikeRow)]
     host.state(RecentLikes).add(instance, token, likes)
     if local:  # exactly one process sees a row with local=True: the one that wrote it
         for like in likes:
             log.info("%s: %s likes %s (stream ID %d)", host.instance_name, like.user_id, like.target, token)
+
+
+@factstream.hookimpl
+def register_rows_handlers(register: RegisterRowsHandler) -> None:
+    register(RowsHandlerSpec(stream=LIKES_STREAM, handler=remember_likes))

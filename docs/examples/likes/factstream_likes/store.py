@@ -37,7 +37,7 @@ class LikesStore:
 
 
 class RecentLikes:
-    """The likes this process saw last, newest first, kept by ``on_rows`` (in memory, from start-up)."""
+    """The likes this process saw last, newest first, kept by ``remember_likes`` (in memory, from start-up)."""
 
     def __init__(self, host: HostApi) -> None:
         size = host.plugin_settings(LikesSettings).recent_likes

@@ -58,7 +58,7 @@ async def test_a_like_is_counted_seen_and_synced_everywhere(hosts, http, caplog)
     assert await worker.api.wait_for_stream_position("main", "likes", 2)
     assert (await alice.get("/likes/post:1")).json()["count"] == 1
 
-    # on_rows ran on both hosts, and with local=True only on main, which alone logged the like.
+    # the rows handler ran on both hosts, and with local=True only on main, which alone logged the like.
     seen = {"stream_id": 2, "instance": "main", "user_id": "@alice:hs", "target": "post:1"}
     assert (await bob.get("/likes")).json() == {"instance": "main", "likes": [seen]}
     assert (await alice.get("/likes")).json() == {"instance": "worker1", "likes": [seen]}

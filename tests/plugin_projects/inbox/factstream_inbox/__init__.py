@@ -19,7 +19,7 @@ import msgspec
 from starlette.requests import Request
 
 import factstream
-from factstream import HostApi, MigrationSpec, RouteSpec, StreamSpec, StreamTable
+from factstream import HostApi, MigrationSpec, RegisterStream, RouteSpec, StreamSpec, StreamTable
 
 STREAM = "inbox"
 
@@ -54,7 +54,7 @@ async def ping(request: Request, host: HostApi) -> dict[str, object]:
 
 
 @factstream.hookimpl
-def register_streams(register: Callable[[StreamSpec], None]) -> None:
+def register_streams(register: RegisterStream) -> None:
     register(
         StreamSpec(
             name=STREAM,

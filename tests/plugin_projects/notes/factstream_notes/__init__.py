@@ -7,7 +7,7 @@ from collections.abc import Callable
 import msgspec
 
 import factstream
-from factstream import MigrationSpec, StreamSpec, StreamTable
+from factstream import MigrationSpec, RegisterStream, StreamSpec, StreamTable
 
 
 class NoteRow(msgspec.Struct, frozen=True):
@@ -16,16 +16,17 @@ class NoteRow(msgspec.Struct, frozen=True):
     author: str
 
 
+NOTES_STREAM = StreamSpec(
+    name="notes",
+    row_type=NoteRow,
+    tables=(StreamTable("notes", "instance_name", "stream_id"),),
+    sync_key="notes_key",
+)
+
+
 @factstream.hookimpl
-def register_streams(register: Callable[[StreamSpec], None]) -> None:
-    register(
-        StreamSpec(
-            name="notes",
-            row_type=NoteRow,
-            tables=(StreamTable("notes", "instance_name", "stream_id"),),
-            sync_key="notes_key",
-        )
-    )
+def register_streams(register: RegisterStream) -> None:
+    register(NOTES_STREAM)
 
 
 @factstream.hookimpl

@@ -21,10 +21,11 @@ inside real ``factstream run`` processes:
 ``FACTSTREAM_PROBE_ACK=PATH``
     Where acknowledgements go (default ``$FACTSTREAM_PROBE_CONTROL.ack``).
 ``FACTSTREAM_PROBE_RECORD=PATH``
-    ``on_rows`` appends one JSON line per received row: ``{"stream", "instance", "token", "author",
-    "local"}`` (``local``: a row this process wrote itself), flushed after each call.
+    Its rows handler, registered for every stream, appends one JSON line per received row:
+    ``{"stream", "instance", "token", "author", "local"}`` (``local``: a row this process wrote
+    itself), flushed after each call.
 ``FACTSTREAM_PROBE_SLOW_MS=MS``
-    ``on_rows`` sleeps (``asyncio.sleep``) this long per call: a slow reader.
+    The rows handler sleeps (``asyncio.sleep``) this long per call: a slow reader.
 ``FACTSTREAM_PROBE_SLOW_FILE=PATH``
     Overrides ``FACTSTREAM_PROBE_SLOW_MS`` with the number in this file while it exists (re-read at
     most every 0.1 s), so a test can make a reader slow and fast again at run time.
@@ -56,7 +57,7 @@ from typing import Any, TextIO
 import msgspec
 
 import factstream
-from factstream import HostApi
+from factstream import HostApi, RegisterRowsHandler, RowsHandler, RowsHandlerSpec, StreamSpec
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +213,7 @@ def shutdown(host: HostApi) -> None:
 
 
 def _record_file() -> TextIO | None:
-    """The record file, opened once (in ``startup``, or by the first ``on_rows`` if that comes first)."""
+    """The record file, opened once (in ``startup``, or by the first rows handled if they come first)."""
     path = os.environ.get("FACTSTREAM_PROBE_RECORD")
     if path and _state.record is None:
         _state.record = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open, closed at shutdown
@@ -232,26 +233,37 @@ def _slow_seconds() -> float:
     return _state.slow_ms / 1000
 
 
+def _recorder(stream: str) -> RowsHandler[msgspec.Struct]:
+    """The handler of ``stream``'s rows: records them (``FACTSTREAM_PROBE_RECORD``), then sleeps if slow."""
+
+    async def record_rows(
+        host: HostApi, instance: str, token: int, rows: Sequence[msgspec.Struct], local: bool
+    ) -> None:
+        record = _record_file()
+        if record is not None:
+            lines = [
+                json.dumps(
+                    {
+                        "stream": stream,
+                        "instance": instance,
+                        "token": token,
+                        "author": getattr(r, "author", None),
+                        "local": local,
+                    }
+                )
+                for r in rows
+            ]
+            record.write("\n".join(lines) + "\n")
+            record.flush()
+        slow = _slow_seconds()
+        if slow > 0:
+            await asyncio.sleep(slow)
+
+    return record_rows
+
+
 @factstream.hookimpl
-async def on_rows(
-    host: HostApi, stream: str, instance: str, token: int, rows: Sequence[msgspec.Struct], local: bool
-) -> None:
-    record = _record_file()
-    if record is not None:
-        lines = [
-            json.dumps(
-                {
-                    "stream": stream,
-                    "instance": instance,
-                    "token": token,
-                    "author": getattr(r, "author", None),
-                    "local": local,
-                }
-            )
-            for r in rows
-        ]
-        record.write("\n".join(lines) + "\n")
-        record.flush()
-    slow = _slow_seconds()
-    if slow > 0:
-        await asyncio.sleep(slow)
+def register_rows_handlers(register: RegisterRowsHandler, streams: Sequence[StreamSpec[msgspec.Struct]]) -> None:
+    """Every stream's rows reach the probe (a generic handler: any row type is a ``msgspec.Struct``)."""
+    for spec in streams:
+        register(RowsHandlerSpec(stream=spec, handler=_recorder(spec.name)))
