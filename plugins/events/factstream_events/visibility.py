@@ -168,6 +168,7 @@ def _ranked_membership(membership: str | None) -> str:
     return membership if membership is not None and membership in MEMBERSHIP_PRIORITY else "leave"
 
 
+# Long on purpose: the six rules, in the reference's order, in one place; half of it is their statement.
 def check_event(
     user: str,
     event: EventFacts,

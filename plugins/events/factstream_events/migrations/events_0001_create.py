@@ -21,6 +21,7 @@ _TEXT = sa.Text
 _BIG = sa.BigInteger
 
 
+# Long by nature: one create_table per table of the plugin, in one revision (a list, not logic).
 def upgrade() -> None:
     # One row per room this server holds events of: its version (which rules apply to its events);
     # ``writes`` counts the batches persisted into it (a writer's cached view of the room is valid
