@@ -2,7 +2,7 @@
 
 Golden lines come from Synapse's ``docs/tcp_replication.md`` (our ``seeds/tcp-replication.md``) and,
 for the commands that document shows no example of, are written from the wire forms in
-``streams-semantics.md`` §2.2. Property tests generate every command type and check the round trip
+docs/replication.md, "Every command's wire form". Property tests generate every command type and check the round trip
 ``parse_command(cmd.to_line()) == cmd`` with a type-strict comparison (Python's ``==`` would let
 ``True`` pass for ``1`` and ``1.0`` for ``1``).
 
@@ -147,12 +147,12 @@ GOLDEN: list[tuple[str, Command]] = [
         'RDATA caches master 550953772 ["get_user_by_id", null, 1550574873252]',
         RdataCommand("caches", "master", 550953772, ["get_user_by_id", None, 1550574873252]),
     ),
-    # streams-semantics.md §3.2: the ERROR lines the protocol sends.
+    # docs/replication.md, "Every command's wire form": the ERROR lines the protocol sends.
     ("ERROR Wrong remote", ErrorCommand("Wrong remote")),
     ("ERROR ping timeout", ErrorCommand("ping timeout")),
     ("ERROR Failed to keep up", ErrorCommand("Failed to keep up")),
     ("ERROR Line length exceeded", ErrorCommand("Line length exceeded")),
-    # Wire forms of streams-semantics.md §2.2 for the commands the seed shows no example of.
+    # Wire forms of docs/replication.md ("Every command's wire form") for the commands the seed shows no example of.
     (
         "USER_SYNC worker1 @alice:example.com None start 1490197665618",
         UserSyncCommand("worker1", "@alice:example.com", None, True, 1490197665618),
