@@ -116,6 +116,8 @@ _NORMALISE = [
     (re.compile(r"(?<![0-9a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{12}(?![0-9a-f])"), "<revision>"),
     (re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([+-]\d{2}:?\d{2}|Z)?"), "<datetime>"),
     (re.compile(r"\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}"), "<datetime>"),
+    # pytest adds "(0:01:07)" to a duration past a minute (a loaded machine): a duration too.
+    (re.compile(r"(\ds) \(\d+:\d{2}:\d{2}\)"), r"\1"),
     (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(\.\d+)?\b"), "<time>"),
     (re.compile(r"\b\d+(\.\d+)? ?(ms|s)\b"), "<duration>"),
     (re.compile(r"│ *\d+\.\d+ *│"), "│ <seconds> │"),  # the seconds column of factstream export
