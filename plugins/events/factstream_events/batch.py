@@ -9,7 +9,6 @@ then ordered so that every event comes after the batch events it names as ``prev
 from __future__ import annotations
 
 import heapq
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,10 +55,6 @@ class Held:
     membership: str | None
     #: The bytes held, read only for the batch's own events (compared with the bytes sent).
     raw: bytes | None = None
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def is_create(e: NewEvent) -> bool:

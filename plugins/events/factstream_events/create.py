@@ -21,14 +21,15 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from factstream import LruCache
-from factstream_events.batch import NewEvent, now_ms
-from factstream_events.canonical import CanonicalJsonError, canonical_json, parse_event_json
+from factstream_events.batch import NewEvent
+from factstream_events.canonical import MAX_CANONICAL_INT, CanonicalJsonError, canonical_json, parse_event_json
 from factstream_events.contentrules import check_local_content
 from factstream_events.errors import Forbidden, InvalidEvent
 from factstream_events.eventid import content_hash, event_id_for
 from factstream_events.policy import RoomFacts, creator_of
 from factstream_events.reads import Reads
 from factstream_events.room import RoomWrite
+from factstream_events.served import now_ms
 from factstream_events.statemath import State, apply_delta
 from factstream_events.validate import (
     CREATE,
@@ -42,7 +43,6 @@ from factstream_events.validate import (
 
 #: A local event follows at most this many of the room's deepest forward extremities.
 MAX_PREV_EVENTS = 10
-MAX_SAFE_INTEGER = 2**53 - 1
 
 #: ``async (room_id, event, state before it, the room's facts) -> None to allow it, or the reason (403)``.
 Policy = Callable[[str, Mapping[str, Any], State, RoomFacts], Awaitable[str | None]]
@@ -101,7 +101,7 @@ class EventCreator:
             if draft.state_key is not None:
                 state = apply_delta(state, {draft.type: {draft.state_key: new.event_id}})
             exists = True
-            prev, depth = [new.event_id], min(depth + 1, MAX_SAFE_INTEGER)
+            prev, depth = [new.event_id], min(depth + 1, MAX_CANONICAL_INT)
         return out
 
     async def contents(self, conn: AsyncConnection[Any], event_ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
@@ -193,7 +193,7 @@ def _after_extremities(room: RoomWrite) -> tuple[list[str], int]:
         return [], 1
     deepest = sorted(room.view.extremities.items(), key=lambda kv: (-kv[1][0], -kv[1][1]))[:MAX_PREV_EVENTS]
     # capped, as the reference caps it: a remote event at the largest depth must not freeze the room
-    return [eid for eid, _ in deepest], min(max(d for _, (d, _, _) in deepest) + 1, MAX_SAFE_INTEGER)
+    return [eid for eid, _ in deepest], min(max(d for _, (d, _, _) in deepest) + 1, MAX_CANONICAL_INT)
 
 
 def _draft_event(

@@ -46,7 +46,6 @@ from factstream_events.batch import (
     batch_order,
     check_batch,
     is_create,
-    now_ms,
     refuse_another_create,
     refuse_references_elsewhere,
     room_version_of_create,
@@ -76,6 +75,7 @@ from factstream_events.rows import (
     state_all_row,
     state_row,
 )
+from factstream_events.served import now_ms
 from factstream_events.statestore import HASH_INDEX, StatePlan, StateStore
 
 __all__ = ["AlsoWrite", "Build", "LockedRoom", "NewEvent", "Origin", "Persisted", "Persister", "RoomView"]
@@ -368,15 +368,14 @@ class LockedRoom:
             eid: Held(False, depth, stream, group, None)
             for eid, (depth, stream, group) in room.view.extremities.items()
         }
+        batch_ids = {e.event_id for e in batch}
         if found is None and attempt.look_first:
-            batch_ids = {e.event_id for e in batch}
             ids = [i for i in _wanted(batch) if i not in held or i in batch_ids]
             async with room.conn.pipeline():
                 lookups = await _send_lookups(room.conn, room.room_id, batch, ids, origin is Origin.REMOTE)
             found = await lookups
         if found is None:
             return held, set()
-        batch_ids = {e.event_id for e in batch}
         elsewhere: dict[str, str] = {}
         for eid, other_room, outlier, depth, stream, group, membership, raw in found.held:
             if other_room != room.room_id:

@@ -297,7 +297,7 @@ class Planner:
         sets: list[CurrentStateRow] = []
         drops: list[tuple[str, str]] = []
         deltas: list[StateDelta] = []
-        unknown: list[str] = []  # member events whose membership the batch does not know
+        unknown: set[str] = set()  # member events whose membership the batch does not know
         for event_type, keys in sorted((diff(old_state, new.state) if changed is None else changed).items()):
             for state_key, event_id in sorted(keys.items()):
                 deltas.append(StateDelta(event_type, state_key, event_id, old_state.get(event_type, {}).get(state_key)))
@@ -306,10 +306,10 @@ class Planner:
                     continue
                 membership = memberships.get(event_id) if event_type == MEMBER else None
                 if event_type == MEMBER and membership is None:
-                    unknown.append(event_id)
+                    unknown.add(event_id)
                 sets.append(CurrentStateRow(event_type, state_key, event_id, membership))
         if unknown:
-            cur = await room.conn.execute(_MEMBERSHIPS, {"ids": unknown})
+            cur = await room.conn.execute(_MEMBERSHIPS, {"ids": sorted(unknown)})
             found = {str(r[0]): r[1] for r in await cur.fetchall()}
             sets = [
                 msgspec.structs.replace(s, membership=found.get(s.event_id)) if s.event_id in unknown else s

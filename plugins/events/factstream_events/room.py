@@ -22,9 +22,9 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from factstream import Transaction
-from factstream_events.batch import now_ms
 from factstream_events.errors import InvalidEvent
 from factstream_events.prune import KNOWN_ROOM_VERSIONS
+from factstream_events.served import now_ms
 from factstream_events.statestore import Group
 from factstream_events.visibility import HistoryVisibility
 

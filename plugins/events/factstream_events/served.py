@@ -47,7 +47,7 @@ _KEYS = {k: _encode(k) for k in ("content", "origin_server_ts", "room_id", "send
 
 
 def now_ms() -> int:
-    """The time ``unsigned.age`` is counted to (milliseconds since the epoch)."""
+    """Now, in milliseconds since the epoch: what ``unsigned.age`` is counted to, and the times writes record."""
     return int(time.time() * 1000)
 
 

@@ -25,17 +25,18 @@ import psycopg
 
 from factstream import HostApi, LruCache
 from factstream_events import hookspecs
-from factstream_events.batch import NewEvent, Persisted, now_ms
+from factstream_events.batch import NewEvent, Persisted
 from factstream_events.caches import ROOM_CREATORS, STATE_CONTENTS
-from factstream_events.canonical import CanonicalJsonError, EventJsonError, parse_event_json
+from factstream_events.canonical import MAX_CANONICAL_INT, CanonicalJsonError, EventJsonError, parse_event_json
 from factstream_events.contentrules import HISTORY_VISIBILITIES
-from factstream_events.create import MAX_SAFE_INTEGER, Draft, EventCreator
+from factstream_events.create import Draft, EventCreator
 from factstream_events.errors import EventConflict, InvalidEvent, UnknownEvent, UnknownRoom
 from factstream_events.eventid import EventIdError, event_id_for, is_valid_event_id
 from factstream_events.persist import Origin, Persister
 from factstream_events.policy import LEVEL_DEFAULTS, RoomFacts
 from factstream_events.prune import KNOWN_ROOM_VERSIONS, UnknownRoomVersion, check_room_version
 from factstream_events.reads import Reads
+from factstream_events.served import now_ms
 from factstream_events.statemath import State, default_resolve
 from factstream_events.statestore import StateStore
 from factstream_events.timeline import Timeline
@@ -271,7 +272,7 @@ class EventsStore:
             this_version = _create_version(event) or version  # a create event's ID follows its own version
             if this_version not in LOOSE_JSON_VERSIONS:
                 for name in ("depth", "origin_server_ts"):
-                    if event[name] > MAX_SAFE_INTEGER:
+                    if event[name] > MAX_CANONICAL_INT:
                         raise InvalidEvent(
                             f"{where}.{name}: must be at most 2**53-1 in room version {this_version}, not {event[name]}"
                         )
