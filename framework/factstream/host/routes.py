@@ -5,6 +5,7 @@ served and documented exactly like a plugin's (see :mod:`factstream.host.http` a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -46,6 +47,8 @@ class RoutesHost(SyncHost, Protocol):
 
 #: The longest ``device`` query parameter accepted.
 MAX_DEVICE_LENGTH = 255
+#: The longest `filter` a `/sync` accepts, in characters.
+MAX_FILTER_LENGTH = 8_192
 #: A ``timeout`` with more significant digits than this is past any cap (10**9 ms is 11 days; the
 #: cap is at most 600 s) and is not converted: Python refuses to ``int()`` more than 4,300 digits.
 _TIMEOUT_DIGITS = 9
@@ -78,7 +81,23 @@ async def sync(request: Request, api: HostApi) -> Any:
     if device is not None and len(device) > MAX_DEVICE_LENGTH:
         raise HttpError(400, "M_INVALID_PARAM", f"device must be at most {MAX_DEVICE_LENGTH} characters")
     service = host.sync_service()
-    return await service.sync(request.state.user, query.get("since"), timeout_ms / 1000, device)
+    sync_filter = _sync_filter(query.get("filter"))
+    return await service.sync(request.state.user, query.get("since"), timeout_ms / 1000, device, filter=sync_filter)
+
+
+def _sync_filter(text: str | None) -> dict[str, Any]:
+    """The ``filter`` parameter: a JSON object given inline (400 naming what is wrong otherwise)."""
+    if text is None or text == "":
+        return {}
+    if len(text) > MAX_FILTER_LENGTH:
+        raise HttpError(400, "M_INVALID_PARAM", f"filter: at most {MAX_FILTER_LENGTH} characters, not {len(text)}")
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise HttpError(400, "M_NOT_JSON", f"filter: not JSON ({e}); give the filter object inline") from None
+    if not isinstance(value, dict):
+        raise HttpError(400, "M_BAD_JSON", f"filter: must be a JSON object, not {type(value).__name__}")
+    return value
 
 
 def _stream_info(host: RoutesHost, stream: ReplicatedStream) -> dict[str, Any]:
@@ -166,6 +185,11 @@ def core_routes() -> list[ApiRoute]:
             "milliseconds to wait for something new (capped by http.sync_timeout_max_seconds)",
         ),
         param("device", {"type": "string", "maxLength": MAX_DEVICE_LENGTH}, "the requesting device, for plugins"),
+        param(
+            "filter",
+            {"type": "string", "maxLength": MAX_FILTER_LENGTH},
+            "a filter object as JSON, handed to every synced stream (the events plugin reads its 'room' part)",
+        ),
     )
     return [
         ApiRoute(

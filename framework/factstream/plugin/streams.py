@@ -13,8 +13,8 @@ type, so mypy checks a handler against the stream it is registered for.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 import msgspec
@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from factstream.plugin.api import HostApi
 
 WritersMode = Literal["configured", "any"]
+
+#: The keys of every ``/sync`` body, which no stream's ``sync_section`` may take.
+RESERVED_SYNC_KEYS = frozenset({"next_batch", "streams", "limited"})
 
 #: A stream's row type: a ``msgspec.Struct`` subclass.
 RowT = TypeVar("RowT", bound=msgspec.Struct)
@@ -60,6 +63,13 @@ class SyncRequest:
     ``device`` is the requesting device, if the client named one. ``host`` is the running host
     (:class:`~factstream.HostApi`: ``host.database()``, ``host.caches``, ``host.state(...)``). At most ``limit``
     items should be returned; ``limited`` in the response then tells the client to sync again.
+
+    ``initial``: the client holds nothing yet (no ``since``) and this is the
+    request's first range: a stream that answers with a snapshot (a room's state and latest events)
+    rather than a log gives it here. ``filter``: the request's ``filter`` (a JSON object; ``{}`` when
+    none was given), for the stream to read its own part of. ``watch_rooms(rooms)``: tell the
+    notifier which rooms this user follows, so that ``Wake(rooms=...)`` of a later row reaches them
+    (a stream whose rows wake rooms calls it on every request: it costs nothing when nothing changed).
     """
 
     host: HostApi
@@ -69,10 +79,13 @@ class SyncRequest:
     since: dict[str, int]
     upto: dict[str, int]
     limit: int = 1000
+    initial: bool = False
+    filter: Mapping[str, Any] = field(default_factory=dict)
+    watch_rooms: Callable[[Iterable[str]], None] | None = None
 
 
-#: ``async (SyncRequest) -> list of JSON-able items`` (see :attr:`StreamSpec.sync_rows`).
-SyncRowsFunction = Callable[[SyncRequest], Awaitable[list[Any]]]
+#: ``async (SyncRequest) -> list`` of JSON-able items, or the section (``sync_section``): see ``StreamSpec.sync_rows``.
+SyncRowsFunction = Callable[[SyncRequest], Awaitable[list[Any]] | Awaitable[Mapping[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -124,6 +137,12 @@ class StreamSpec(AnyStreamSpec, Generic[RowT]):
       per-client state acknowledges there what the client has (a reader of ranges returns nothing).
       A stream with a ``sync_key`` and neither ``user_field`` nor ``sync_rows`` shows nobody
       anything: visibility is never implicit.
+    * ``sync_section``: the top-level key of the ``/sync`` body that this stream's ``sync_rows`` fills
+      (``"rooms"`` for room events). Its ``sync_rows`` then returns a mapping, not a list: the
+      section itself (an empty mapping: nothing new), covering the whole range it was given. Without
+      it, the items go under ``streams.<name>``.
+    * ``room_tokens``: the stream's token field is a room token (``s<pos>``, ``t<topo>-<pos>`` or
+      ``m…``), so that the position in ``next_batch`` reads as the same tokens that page a room.
     """
 
     name: str
@@ -139,6 +158,8 @@ class StreamSpec(AnyStreamSpec, Generic[RowT]):
     user_field: str | None = None
     wake: Callable[[RowT], Wake] | None = None
     sync_rows: SyncRowsFunction | None = None
+    sync_section: str | None = None
+    room_tokens: bool = False
 
     def __post_init__(self) -> None:
         check_name("stream", self.name)
@@ -159,6 +180,14 @@ class StreamSpec(AnyStreamSpec, Generic[RowT]):
                 f"stream {self.name!r}: user_field {self.user_field!r} is not a field of "
                 f"{self.row_type.__name__} (fields: {', '.join(self.row_type.__struct_fields__)})"
             )
+        if self.sync_section is not None:
+            check_name("sync section", self.sync_section)
+            if self.sync_section in RESERVED_SYNC_KEYS:
+                raise ValueError(
+                    f"stream {self.name!r}: sync_section {self.sync_section!r} is a key of every /sync body already"
+                )
+            if self.sync_rows is None:
+                raise ValueError(f"stream {self.name!r}: a sync_section is filled by sync_rows, which is missing")
         for what in ("wake", "sync_rows"):
             value = getattr(self, what)
             if value is not None and not callable(value):

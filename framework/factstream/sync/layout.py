@@ -170,14 +170,14 @@ def sync_keys_for_streams(
 
     ``writers_for(stream_name)`` returns the configured writers (``Settings.writers_for`` fits).
     A stream written by any instance, or configured with more than one writer, gets a
-    ``MULTI_WRITER`` field; a stream with one writer a plain ``INT`` field. A ``ROOM`` field is
-    never inferred: the host replaces the inferred key for a room-style stream with
-    ``SyncKey(name, SyncKeyKind.ROOM)`` before loading the layout.
+    ``MULTI_WRITER`` field; a stream with one writer a plain ``INT`` field; a stream declared with
+    ``room_tokens=True`` a ``ROOM`` field whatever its writers (``s5``, or ``m…`` with several).
     """
     out = []
     for spec in streams:
         if spec.sync_key is None:
             continue
         multi = spec.writers == "any" or len(writers_for(spec.name)) > 1
-        out.append(SyncKey(spec.sync_key, SyncKeyKind.MULTI_WRITER if multi else SyncKeyKind.INT))
+        kind = SyncKeyKind.ROOM if spec.room_tokens else SyncKeyKind.MULTI_WRITER if multi else SyncKeyKind.INT
+        out.append(SyncKey(spec.sync_key, kind))
     return out

@@ -132,6 +132,18 @@ class Notifier:
         else:
             self._user_rooms.pop(user, None)
 
+    def watch_rooms(self, user: str, rooms: Iterable[str]) -> None:
+        """:meth:`set_user_rooms`, for a request that just read the user's rooms: when a room is new to
+        the index, the user's stream moves to the current token, so that the user's wait reads once
+        more. An event of that room notified before the room was indexed reached nobody; this read
+        covers it (the wait's range never goes below the client's token, so nothing repeats)."""
+        new = frozenset(rooms)
+        added = not new <= self._user_rooms.get(user, frozenset())
+        self.set_user_rooms(user, new)
+        stream = self._streams.get(user)
+        if added and stream is not None:
+            stream.current_token = self.current_token()
+
     def forget_user(self, user: str) -> None:
         """Drop ``user``'s room memberships (its waiting requests, if any, keep waiting)."""
         self.set_user_rooms(user, ())

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from factstream.errors import ConfigError
@@ -113,9 +113,11 @@ class SyncBatch:
     streams: dict[str, list[Any]]
     upto: StreamToken
     limited: dict[str, TokenValue]
+    #: The top-level sections streams filled (``StreamSpec.sync_section``): section -> its body.
+    sections: dict[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.streams)
+        return bool(self.streams) or bool(self.sections)
 
 
 class SyncService:
@@ -164,13 +166,23 @@ class SyncService:
         return await StreamToken.parse(text, self.layout, self.ids)
 
     async def sync(
-        self, user: str, since_text: str | None, timeout: float, device: str | None = None
+        self,
+        user: str,
+        since_text: str | None,
+        timeout: float,
+        device: str | None = None,
+        *,
+        filter: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One ``/sync`` for ``user``: the response body (``TokenError`` for a malformed ``since``).
 
         ``timeout`` (seconds) is how long to wait for something new; it is capped at
-        ``http.sync_timeout_max_seconds``.
+        ``http.sync_timeout_max_seconds``. ``filter`` is handed to every stream
+        (``SyncRequest.filter``). Without ``since``, the first range a stream reads is ``initial``
+        (``SyncRequest.initial``): snapshot streams answer with their snapshot there.
         """
+        filter = dict(filter or {})
+        initial = not since_text
         loop = asyncio.get_running_loop()
         timeout = min(max(timeout, 0.0), self.config.sync_timeout_max_seconds)
         since = await self.parse_token(since_text)
@@ -185,7 +197,7 @@ class SyncService:
         waited_for = loop.time() - started
         if waited_for > 1.0:
             timeout = max(0.0, timeout - waited_for)
-        due = await self.acknowledge(user, device, since)
+        due = await self.acknowledge(user, device, since, filter)
         if due:
             # Items a stream owes at the client's own token: answered at once, claiming no range.
             owed: dict[str, Any] = {"next_batch": await since.to_string(self.ids), "streams": due}
@@ -194,7 +206,8 @@ class SyncService:
             return owed
 
         async def collect(prev: StreamToken, current: StreamToken) -> SyncBatch:
-            return await self.collect(user, device, since, prev, current)
+            first = initial and prev is since
+            return await self.collect(user, device, since, prev, current, filter=filter, initial=first)
 
         waited = await self.notifier.wait_for_events(user, since, timeout, collect)
         batch = waited.result
@@ -204,13 +217,16 @@ class SyncService:
             for key, value in batch.limited.items():
                 upto = upto.replace(key, value)
             body = {"next_batch": await advance(since, upto).to_string(self.ids), "streams": batch.streams}
+            body.update(batch.sections)
             if batch.limited:
                 body["limited"] = True
         else:
             body = {"next_batch": await advance(since, waited.next_token).to_string(self.ids), "streams": {}}
         return body
 
-    async def acknowledge(self, user: str, device: str | None, since: StreamToken) -> dict[str, list[Any]]:
+    async def acknowledge(
+        self, user: str, device: str | None, since: StreamToken, filter: Mapping[str, Any] | None = None
+    ) -> dict[str, list[Any]]:
         """Tell every stream with its own ``sync_rows`` where the client is: the empty range at ``since``.
 
         Called once per request, before waiting, whether or not anything is new: the notifier runs
@@ -230,17 +246,55 @@ class SyncService:
                 continue
             value = since.get(synced.key)
             at = {w: _position(value, w) for w in self._writers(synced, value)}
-            request = SyncRequest(self.host.api, synced.name, user, device, at, dict(at), self.config.sync_limit)
-            items = list(await reader(request))
-            if items:
-                due[synced.name] = items
+            request = self._request(synced, user, device, at, dict(at), filter=filter or {}, initial=False)
+            items = await reader(request)
+            if items and synced.spec.sync_section is None:
+                due[synced.name] = list(items)
         return due
 
+    def _request(
+        self,
+        synced: SyncedStream,
+        user: str,
+        device: str | None,
+        low: dict[str, int],
+        upto: dict[str, int],
+        *,
+        filter: Mapping[str, Any],
+        initial: bool,
+    ) -> SyncRequest:
+        notifier = self.notifier
+
+        def watch_rooms(rooms: Iterable[str]) -> None:
+            notifier.watch_rooms(user, rooms)
+
+        return SyncRequest(
+            self.host.api,
+            synced.name,
+            user,
+            device,
+            low,
+            upto,
+            self.config.sync_limit,
+            initial=initial,
+            filter=filter,
+            watch_rooms=watch_rooms,
+        )
+
     async def collect(
-        self, user: str, device: str | None, since: StreamToken, prev: StreamToken, current: StreamToken
+        self,
+        user: str,
+        device: str | None,
+        since: StreamToken,
+        prev: StreamToken,
+        current: StreamToken,
+        *,
+        filter: Mapping[str, Any] | None = None,
+        initial: bool = False,
     ) -> SyncBatch:
         """The user's items in ``(max(prev, since), current]``, per stream (the notifier's callback)."""
         streams: dict[str, list[Any]] = {}
+        sections: dict[str, Mapping[str, Any]] = {}
         limited: dict[str, TokenValue] = {}
         limit = self.config.sync_limit
         for synced in self.synced:
@@ -251,16 +305,24 @@ class SyncService:
             low = {w: min(max(_position(prev.get(key), w), _position(since.get(key), w)), upto[w]) for w in writers}
             if all(low[w] == upto[w] for w in writers):
                 continue
-            request = SyncRequest(self.host.api, synced.name, user, device, low, upto, limit)
+            request = self._request(synced, user, device, low, upto, filter=filter or {}, initial=initial)
             reader = synced.spec.sync_rows or self._default_readers[synced.name]
-            items = list(await reader(request))
+            found = await reader(request)
+            section = synced.spec.sync_section
+            if section is not None:
+                if not isinstance(found, Mapping):
+                    raise TypeError(f"stream {synced.name}: sync_rows must return a mapping (its sync_section)")
+                if found:
+                    sections[section] = found
+                continue
+            items = list(found)
             if not items:
                 continue
             streams[synced.name] = items
             positions = self._limited_positions(synced, low, upto, items, limit)
             if positions is not None:
                 limited[key] = _value_at(self.layout.key(key), positions)
-        return SyncBatch(streams, current, limited)
+        return SyncBatch(streams, current, limited, sections)
 
     def _writers(self, synced: SyncedStream, *values: TokenValue) -> list[str]:
         names = set(synced.stream.id_gen.get_positions())

@@ -17,6 +17,7 @@ Built on factstream's public API only, exactly as a third-party plugin would be:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import factstream
 from factstream import (
@@ -30,6 +31,7 @@ from factstream import (
     RowsHandlerSpec,
     SettingsSpec,
     StreamSpec,
+    SyncRequest,
     cached_specs,
 )
 from factstream_events import censor, hookspecs
@@ -49,8 +51,18 @@ from factstream_events.rows import (
 from factstream_events.settings import EventsSettings
 from factstream_events.statemath import State, default_resolve
 from factstream_events.store import EventsStore
+from factstream_events.sync import wake
 from factstream_events.timeline import ROOMS_FOR_USER, Timeline, rooms_for_user_keys
 from factstream_events.updates import events_updates
+
+#: The field of the sync token that follows the events stream (a room token: ``s<pos>``).
+SYNC_KEY = "room_key"
+
+
+async def sync_rooms(request: SyncRequest) -> dict[str, Any]:
+    """The ``rooms`` section of ``/sync`` (``factstream_events.sync``)."""
+    return await request.host.state(EventsStore).sync(request)
+
 
 __all__ = ["BACKFILL_STREAM_SPEC", "EVENTS_STREAM_SPEC", "EventsSettings", "EventsStore"]
 
@@ -62,6 +74,11 @@ EVENTS_STREAM_SPEC = StreamSpec(
     writers="configured",
     update_function=events_updates,
     description="room events: one ev row per persisted event, state rows per current-state change",
+    sync_key=SYNC_KEY,
+    room_tokens=True,
+    sync_section="rooms",
+    wake=wake,
+    sync_rows=sync_rooms,
 )
 BACKFILL_STREAM_SPEC = StreamSpec(
     name=BACKFILL_STREAM,

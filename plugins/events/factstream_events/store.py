@@ -39,6 +39,7 @@ from factstream_events.reads import Reads
 from factstream_events.served import now_ms
 from factstream_events.statemath import State, default_resolve
 from factstream_events.statestore import StateStore
+from factstream_events.sync import RoomSync
 from factstream_events.timeline import Timeline
 from factstream_events.validate import (
     CREATE,
@@ -90,6 +91,8 @@ class EventsStore:
         self.persister = Persister(host, self.states, self._resolve)
         self.reads = Reads(host, self.states)
         self.timeline = Timeline(host, self.reads)
+        #: The ``rooms`` section of ``/sync`` (``factstream_events.sync``).
+        self.sync = RoomSync(host, self.reads, self.timeline)
         #: Contents of state events (immutable): a bounded cache.
         self._contents: LruCache[Mapping[str, Any]] = host.caches.get(STATE_CONTENTS)
         #: The creator each create event names, by its ID (immutable): ``(creator or None,)``.

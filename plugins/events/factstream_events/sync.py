@@ -1,0 +1,558 @@
+"""Rooms in ``/sync``: the ``rooms`` section (``join``, ``invite``, ``leave``) of the core's long poll.
+
+The events stream is a synced stream (``sync_key`` ``room_key``, a room token) whose ``sync_rows`` is
+:func:`sync_rooms`; the core calls it with the client's range and puts what it returns under
+``rooms`` (``StreamSpec.sync_section``). Two reads (docs/plugins/events.md, Sync):
+
+* **incremental** (the client sent ``since``), in stream order: the user's membership changes in the
+  range decide each room's section; a joined room that changed gets its newest ``limit`` events after
+  ``since`` (``limited`` when more were there, or when one of them follows a gap in the stored
+  history), the state changes the timeline skipped, and a ``prev_batch`` to page back with
+  ``/messages``. A room the user joined in the range gets its whole state; a room they left, were
+  kicked or banned from gets its timeline up to that event.
+* **initial** (no ``since``), in topological order: every room the user is in at the token, with the
+  state at the end of its timeline and its newest ``limit`` events; invites with their stripped state;
+  rooms left, with ``include_leave``. Every room's events, state and formatting are read together, in
+  a few queries whatever the number of rooms (the reference reads rooms 20 at a time, #12971).
+
+Timelines go through :meth:`Reads.visible`, so history visibility and redactions apply exactly as in
+``/messages``: an initial timeline never shows state events from before the user's join that
+``/messages`` would hide (the reference's #9923); they are in ``state``, which a member may read.
+A redaction of an event delivered earlier arrives as the redaction event itself.
+
+The change caches (:class:`~factstream_events.changes.ChangeCache`) answer "nothing new" without a
+query; every request also tells the notifier the user's joined rooms (``watch_rooms``), so a new event
+of any of them wakes the user's long poll, and a member event wakes its target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from psycopg import AsyncConnection
+
+from factstream import HostApi, HttpError, SyncRequest, Wake
+from factstream_events.canonical import parse_event_json
+from factstream_events.reads import COLUMNS, Reads, Row, fetch_binary, row_of
+from factstream_events.rows import EV, EventsRow, event_data
+from factstream_events.timeline import MAX_TIMELINE, Timeline
+from factstream_events.validate import MEMBER
+
+#: The timeline limit when the filter names none (the reference's default).
+DEFAULT_LIMIT = 10
+#: The state types an invite shows of its room (the stripped state), besides the invite itself.
+STRIPPED_TYPES = frozenset(
+    {
+        "m.room.create",
+        "m.room.join_rules",
+        "m.room.name",
+        "m.room.avatar",
+        "m.room.canonical_alias",
+        "m.room.encryption",
+        "m.room.topic",
+    }
+)
+
+_MEMBERSHIP_CHANGES = f"""
+SELECT {COLUMNS}, j.json FROM room_memberships m
+JOIN events e ON e.event_id = m.event_id JOIN event_json j ON j.event_id = m.event_id
+WHERE m.user_id = %(user)s AND m.stream_ordering > %(since)s AND m.stream_ordering <= %(upto)s
+ORDER BY m.stream_ordering
+"""
+_MEMBERSHIPS_AT = f"""
+SELECT DISTINCT ON (m.room_id) {COLUMNS}, j.json FROM room_memberships m
+JOIN events e ON e.event_id = m.event_id JOIN event_json j ON j.event_id = m.event_id
+WHERE m.user_id = %(user)s AND m.stream_ordering <= %(upto)s
+ORDER BY m.room_id, m.stream_ordering DESC
+"""
+# The newest events of each room after ``since`` and up to the room's cap, by stream order.
+_NEW_IN_ROOMS = f"""
+SELECT {COLUMNS}, j.json FROM unnest(%(rooms)s::text[], %(caps)s::bigint[]) AS r(room_id, cap)
+CROSS JOIN LATERAL (
+    SELECT * FROM events x WHERE x.room_id = r.room_id AND NOT x.outlier
+    AND x.stream_ordering > %(since)s AND x.stream_ordering <= r.cap
+    ORDER BY x.stream_ordering DESC LIMIT %(limit)s
+) e
+JOIN event_json j ON j.event_id = e.event_id
+"""
+_EX_OUTLIERS = f"""
+SELECT x.stream_id, {COLUMNS}, j.json FROM ex_outlier_stream x
+JOIN events e ON e.event_id = x.event_id JOIN event_json j ON j.event_id = x.event_id
+WHERE x.stream_id > %(since)s AND x.stream_id <= %(upto)s AND e.room_id = ANY(%(rooms)s)
+"""
+# The newest events of each room up to its cap, by (topological, stream) order: initial sync.
+_NEWEST_IN_ROOMS = f"""
+SELECT {COLUMNS}, j.json FROM unnest(%(rooms)s::text[], %(caps)s::bigint[]) AS r(room_id, cap)
+CROSS JOIN LATERAL (
+    SELECT * FROM events x WHERE x.room_id = r.room_id AND NOT x.outlier AND x.stream_ordering <= r.cap
+    ORDER BY x.topological_ordering DESC, x.stream_ordering DESC LIMIT %(limit)s
+) e
+JOIN event_json j ON j.event_id = e.event_id
+"""
+# The state changes of rooms in stream ranges: the last of each key in each room's range.
+_STATE_CHANGES = """
+SELECT DISTINCT ON (d.room_id, d.type, d.state_key) d.room_id, d.type, d.state_key, d.event_id
+FROM unnest(%(rooms)s::text[], %(lows)s::bigint[], %(highs)s::bigint[]) AS r(room_id, low, high)
+JOIN current_state_delta_stream d ON d.room_id = r.room_id AND d.stream_id > r.low AND d.stream_id < r.high
+ORDER BY d.room_id, d.type, d.state_key, d.stream_id DESC
+"""
+# The timeline events that follow a gap: a prev event the room does not hold.
+_AFTER_GAP = """
+SELECT DISTINCT g.event_id FROM event_edges g
+JOIN event_backward_extremities b ON b.room_id = g.room_id AND b.event_id = g.prev_event_id
+WHERE g.event_id = ANY(%(ids)s)
+"""
+_BY_ID = (
+    f"SELECT {COLUMNS}, j.json FROM events e JOIN event_json j ON j.event_id = e.event_id"
+    " WHERE e.event_id = ANY(%(ids)s)"
+)
+
+
+# -- the filter --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TypeFilter:
+    """``types`` / ``not_types`` of a filter part (``*`` matches any run of characters)."""
+
+    types: tuple[str, ...] | None = None
+    not_types: tuple[str, ...] = ()
+
+    def allows(self, event_type: str) -> bool:
+        if any(_matches(p, event_type) for p in self.not_types):
+            return False
+        return self.types is None or any(_matches(p, event_type) for p in self.types)
+
+
+@dataclass(frozen=True, slots=True)
+class RoomFilter:
+    """The ``room`` part of a ``/sync`` filter that this plugin reads (docs/plugins/events.md, Sync)."""
+
+    limit: int = DEFAULT_LIMIT
+    timeline: TypeFilter = TypeFilter()
+    state: TypeFilter = TypeFilter()
+    lazy_load_members: bool = False
+    include_leave: bool = False
+
+    @classmethod
+    def parse(cls, body: Mapping[str, Any]) -> RoomFilter:
+        """The filter's ``room`` part (400 naming the field when malformed; unknown keys are ignored,
+        as the reference ignores them)."""
+        room = _object(body.get("room"), "filter.room")
+        timeline = _object(room.get("timeline"), "filter.room.timeline")
+        state = _object(room.get("state"), "filter.room.state")
+        limit = timeline.get("limit", DEFAULT_LIMIT)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_TIMELINE:
+            raise _bad(f"filter.room.timeline.limit: a whole number from 1 to {MAX_TIMELINE}, not {limit!r}")
+        return cls(
+            limit=limit,
+            timeline=_types(timeline, "filter.room.timeline"),
+            state=_types(state, "filter.room.state"),
+            lazy_load_members=_flag(state, "lazy_load_members", "filter.room.state"),
+            include_leave=_flag(room, "include_leave", "filter.room"),
+        )
+
+
+def _bad(message: str) -> HttpError:
+    return HttpError(400, "M_INVALID_PARAM", message)
+
+
+def _object(value: object, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad(f"{where}: must be an object, not {type(value).__name__}")
+    return value
+
+
+def _flag(part: Mapping[str, Any], key: str, where: str) -> bool:
+    value = part.get(key, False)
+    if not isinstance(value, bool):
+        raise _bad(f"{where}.{key}: must be true or false, not {value!r}")
+    return value
+
+
+def _types(part: Mapping[str, Any], where: str) -> TypeFilter:
+    out: dict[str, tuple[str, ...] | None] = {}
+    for key in ("types", "not_types"):
+        value = part.get(key)
+        if value is None:
+            out[key] = None
+            continue
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or len(value) > 100:
+            raise _bad(f"{where}.{key}: must be a list of at most 100 strings")
+        out[key] = tuple(value)
+    return TypeFilter(out["types"], out["not_types"] or ())
+
+
+def _matches(pattern: str, value: str) -> bool:
+    if "*" not in pattern:
+        return pattern == value
+    parts = pattern.split("*")
+    if not value.startswith(parts[0]) or not value.endswith(parts[-1]):
+        return False
+    at, end = len(parts[0]), len(value) - len(parts[-1])
+    for part in parts[1:-1]:
+        found = value.find(part, at, end)
+        if found < 0:
+            return False
+        at = found + len(part)
+    return at <= end
+
+
+# -- waking ----------------------------------------------------------------------------------------
+
+
+def wake(row: EventsRow) -> Wake:
+    """Whose long polls an ``events`` row wakes: the members of its room, and a member event's target
+    (an invite, kick or ban reaches a user who is not in the room; a join reaches the joiner before
+    their rooms are indexed)."""
+    if row.kind != EV:
+        return Wake()
+    data = event_data(row)
+    if data.type == MEMBER and data.state_key is not None:
+        return Wake(users=(data.state_key,), rooms=(data.room_id,))
+    return Wake(rooms=(data.room_id,))
+
+
+# -- the reads ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Room:
+    """One room of a response while it is built: its section, cap and what it shows."""
+
+    room_id: str
+    section: str  # "join", "invite" or "leave"
+    cap: int  # the last stream ID the room's timeline may reach
+    full_state: bool = False
+    member_event: Row | None = None  # the user's membership event that decided the section
+    rows: list[Row] | None = None  # the timeline's rows, oldest first
+    limited: bool = False
+    prev_batch: str | None = None
+
+
+class RoomSync:
+    """The ``rooms`` section of one host process's ``/sync`` (module docstring)."""
+
+    def __init__(self, host: HostApi, reads: Reads, timeline: Timeline) -> None:
+        self.host = host
+        self.reads = reads
+        self.timeline = timeline
+        #: Requests answered from the change caches alone, and those that read the database.
+        self.answered_from_caches = 0
+        self.read_database = 0
+
+    async def __call__(self, request: SyncRequest) -> dict[str, Any]:
+        """``sync_rows`` of the events stream: the ``rooms`` section for ``request``'s range."""
+        room_filter = RoomFilter.parse(request.filter)
+        mine = await self.timeline.rooms_for_user(request.user)
+        if request.watch_rooms is not None:
+            request.watch_rooms(r.room_id for r in mine if r.membership == "join")
+        after = min(request.since.values(), default=0)
+        upto = max(request.upto.values(), default=0)
+        if after >= upto:
+            return {}
+        if request.initial:
+            return await self.initial(request.user, upto, room_filter)
+        joined = [r.room_id for r in mine if r.membership == "join"]
+        member_changed = self.timeline.members.has_changed_since(request.user, after)
+        changed = self.timeline.rooms.changed_since(joined, after)
+        rooms = set(joined) if changed is None else changed
+        if not member_changed and not rooms:
+            self.answered_from_caches += 1
+            return {}
+        self.read_database += 1
+        return await self.incremental(request.user, after, upto, room_filter, rooms, member_changed)
+
+    # -- incremental -------------------------------------------------------------------------------
+
+    async def incremental(
+        self, user: str, after: int, upto: int, room_filter: RoomFilter, rooms: Iterable[str], member_changed: bool
+    ) -> dict[str, Any]:
+        """What is new for ``user`` in ``(after, upto]``: ``rooms`` are joined rooms that may have changed."""
+        plan = {room_id: _Room(room_id, "join", upto) for room_id in rooms}
+        async with self.host.database().autocommit() as conn:
+            if member_changed:
+                params = {"user": user, "since": after, "upto": upto}
+                for change in map(row_of, await fetch_binary(conn, _MEMBERSHIP_CHANGES, params)):
+                    _apply_change(plan, change, upto)
+            timed = [r for r in plan.values() if r.section != "invite"]
+            await self._new_timelines(conn, user, timed, after, room_filter)
+            return await self._render(conn, user, plan, after, room_filter)
+
+    async def _new_timelines(
+        self, conn: AsyncConnection[Any], user: str, rooms: Sequence[_Room], after: int, room_filter: RoomFilter
+    ) -> None:
+        """Each room's newest events after ``after`` up to its cap, in stream order."""
+        reading = [r for r in rooms if r.cap > after and not _never_joined(r)]
+        if not reading:
+            return
+        names = [r.room_id for r in reading]
+        caps = {r.room_id: r.cap for r in reading}
+        params = {"rooms": names, "caps": [caps[n] for n in names], "since": after, "limit": room_filter.limit + 1}
+        found: dict[str, dict[str, tuple[int, Row]]] = {}
+        for row in map(row_of, await fetch_binary(conn, _NEW_IN_ROOMS, params)):
+            found.setdefault(row.room_id, {})[row.event_id] = (row.stream, row)
+        params = {"since": after, "upto": max(caps.values()), "rooms": names}
+        for r in await fetch_binary(conn, _EX_OUTLIERS, params):
+            row = row_of(r[1:])
+            if int(r[0]) <= caps[row.room_id]:
+                found.setdefault(row.room_id, {})[row.event_id] = (int(r[0]), row)
+        for room in reading:
+            newest = sorted(found.get(room.room_id, {}).values(), key=lambda item: item[0], reverse=True)
+            kept = newest[: room_filter.limit]
+            room.rows = [row for _, row in reversed(kept)]
+            room.limited = len(newest) > room_filter.limit
+            if kept:
+                room.prev_batch = f"s{kept[-1][0] - 1}"
+        await self._gaps(conn, reading)
+
+    async def _gaps(self, conn: AsyncConnection[Any], rooms: Sequence[_Room]) -> None:
+        """A room whose timeline holds an event that follows a gap in the stored history is limited."""
+        ids = [row.event_id for room in rooms for row in room.rows or ()]
+        if not ids:
+            return
+        cur = await conn.execute(_AFTER_GAP, {"ids": ids})
+        after_gap = {str(r[0]) for r in await cur.fetchall()}
+        for room in rooms:
+            if any(row.event_id in after_gap for row in room.rows or ()):
+                room.limited = True
+
+    # -- initial -----------------------------------------------------------------------------------
+
+    async def initial(self, user: str, upto: int, room_filter: RoomFilter) -> dict[str, Any]:
+        """Every room ``user`` is in at ``upto`` (and left, with ``include_leave``), newest events first
+        by topological order."""
+        self.read_database += 1
+        async with self.host.database().autocommit() as conn:
+            plan: dict[str, _Room] = {}
+            for member in map(row_of, await fetch_binary(conn, _MEMBERSHIPS_AT, {"user": user, "upto": upto})):
+                room = _initial_room(member, upto, room_filter)
+                if room is not None:
+                    plan[room.room_id] = room
+            reading = [r for r in plan.values() if r.section != "invite" and not _never_joined(r)]
+            if reading:
+                names = [r.room_id for r in reading]
+                params = {"rooms": names, "caps": [plan[n].cap for n in names], "limit": room_filter.limit + 1}
+                found: dict[str, list[Row]] = {}
+                for row in map(row_of, await fetch_binary(conn, _NEWEST_IN_ROOMS, params)):
+                    found.setdefault(row.room_id, []).append(row)
+                for room in reading:
+                    rows = sorted(found.get(room.room_id, ()), key=lambda r: (r.topological, r.stream), reverse=True)
+                    kept = rows[: room_filter.limit]
+                    room.rows = kept[::-1]
+                    room.limited = len(rows) > room_filter.limit
+                    if kept:
+                        room.prev_batch = f"t{kept[-1].topological}-{kept[-1].stream - 1}"
+                await self._gaps(conn, reading)
+            return await self._render(conn, user, plan, 0, room_filter)
+
+    # -- the response ------------------------------------------------------------------------------
+
+    async def _render(
+        self, conn: AsyncConnection[Any], user: str, plan: Mapping[str, _Room], after: int, room_filter: RoomFilter
+    ) -> dict[str, Any]:
+        """The ``rooms`` section: every room's timeline filtered and formatted for ``user`` together."""
+        rooms = [r for r in plan.values() if r.section == "invite" or r.rows or r.member_event is not None]
+        timelines = await self._timelines(conn, user, rooms, room_filter)
+        states = await self._states(conn, user, rooms, after, room_filter)
+        out: dict[str, dict[str, Any]] = {}
+        for room in sorted(rooms, key=lambda r: r.room_id):
+            if room.section == "invite":
+                assert room.member_event is not None
+                body: dict[str, Any] = {"invite_state": {"events": await self._invite_state(conn, user, room)}}
+            else:
+                shown = timelines.get(room.room_id, [])
+                if not shown and not states.get(room.room_id) and room.member_event is None:
+                    continue
+                body = {
+                    "timeline": {"events": [_raw(e) for e in shown], "limited": room.limited},
+                    "state": {"events": [_raw(e) for e in states.get(room.room_id, [])]},
+                }
+                if room.prev_batch is not None:
+                    body["timeline"]["prev_batch"] = room.prev_batch
+            out.setdefault(room.section, {})[room.room_id] = body
+        return out
+
+    async def _timelines(
+        self, conn: AsyncConnection[Any], user: str, rooms: Sequence[_Room], room_filter: RoomFilter
+    ) -> dict[str, list[bytes]]:
+        """Each room's timeline as ``user`` may see it (visibility, redactions, ``unsigned``), formatted."""
+        rows: list[Row] = []
+        for room in rooms:
+            if room.section == "invite":
+                continue
+            kept = [r for r in room.rows or () if room_filter.timeline.allows(r.type)]
+            if _never_joined(room) and room.member_event is not None:
+                kept = [room.member_event]  # a rejected invite or withdrawn knock: the leave alone
+            rows += kept
+        own = {room.member_event.event_id for room in rooms if room.member_event is not None}
+        # the user was in every room here up to its cap: nobody reads a timeline as a stranger
+        peeking = dict.fromkeys((room.room_id for room in rooms), False)
+        shown = await self.reads.visible(conn, user, [r for r in rows if r.event_id not in own], is_peeking=peeking)
+        visible = {row.event_id: membership for row, membership in shown}
+        # the user's own membership events are theirs to see whatever the room's history visibility
+        for row in rows:
+            if row.event_id in own:
+                visible[row.event_id] = row.membership
+        ordered = [(row, visible[row.event_id]) for row in rows if row.event_id in visible]
+        out: dict[str, list[bytes]] = {}
+        for (row, _), event in zip(ordered, await self.reads.format(conn, user, ordered), strict=True):
+            out.setdefault(row.room_id, []).append(event)
+        return out
+
+    async def _states(
+        self,
+        conn: AsyncConnection[Any],
+        user: str,
+        rooms: Sequence[_Room],
+        after: int,
+        room_filter: RoomFilter,
+    ) -> dict[str, list[bytes]]:
+        """Each room's ``state``: the whole state at the timeline's end for an initial sync or a room
+        joined in the range; otherwise the state changes the timeline skipped (a limited one), and,
+        with ``lazy_load_members``, the member events of the timeline's senders."""
+        timed = [r for r in rooms if r.section != "invite" and r.rows]
+        lazy = room_filter.lazy_load_members
+        at_end = await self._end_states(conn, [r for r in timed if r.full_state or lazy])
+        wanted: dict[str, dict[tuple[str, str], str]] = {}
+        for room in timed:
+            end = at_end.get(room.room_id, {})
+            if room.full_state:
+                wanted[room.room_id] = dict(end)
+            elif lazy:
+                senders = {r.sender for r in room.rows or ()}
+                wanted[room.room_id] = {(MEMBER, s): end[(MEMBER, s)] for s in senders if (MEMBER, s) in end}
+        skipped = [r for r in timed if not r.full_state and r.limited]
+        if skipped:
+            params = {
+                "rooms": [r.room_id for r in skipped],
+                "lows": [after for _ in skipped],
+                "highs": [min(row.stream for row in r.rows or ()) for r in skipped],
+            }
+            cur = await conn.execute(_STATE_CHANGES, params)
+            for room_id, event_type, state_key, event_id in await cur.fetchall():
+                if event_id is not None:
+                    wanted.setdefault(str(room_id), {})[(str(event_type), str(state_key))] = str(event_id)
+        return await self._state_events(conn, user, rooms, wanted, room_filter)
+
+    async def _end_states(
+        self, conn: AsyncConnection[Any], rooms: Sequence[_Room]
+    ) -> dict[str, dict[tuple[str, str], str]]:
+        """The state after each room's last timeline event (topological order), every room's in one load."""
+        groups: dict[str, int] = {}
+        for room in rooms:
+            end = max(room.rows or (), key=lambda r: (r.topological, r.stream))
+            if end.state_group is not None:
+                groups[room.room_id] = end.state_group
+        if not groups:
+            return {}
+        loaded = await self.reads.states.load_groups(conn, {room_id: {g} for room_id, g in groups.items()})
+        out: dict[str, dict[tuple[str, str], str]] = {}
+        for room_id, group in groups.items():
+            state = loaded[group].state
+            out[room_id] = {(t, k): e for t, keys in state.items() for k, e in keys.items()}
+        return out
+
+    async def _state_events(
+        self,
+        conn: AsyncConnection[Any],
+        user: str,
+        rooms: Sequence[_Room],
+        wanted: Mapping[str, Mapping[tuple[str, str], str]],
+        room_filter: RoomFilter,
+    ) -> dict[str, list[bytes]]:
+        """The state events ``wanted`` of each room, less those in its timeline and those the filter
+        drops (types; with ``lazy_load_members``, the members who sent none of the timeline's events)."""
+        by_room = {r.room_id: r for r in rooms}
+        ids: list[str] = []
+        for room_id, keys in wanted.items():
+            room = by_room[room_id]
+            in_timeline = {r.event_id for r in room.rows or ()}
+            senders = {r.sender for r in room.rows or ()}
+            for (event_type, state_key), event_id in sorted(keys.items()):
+                if event_id in in_timeline or not room_filter.state.allows(event_type):
+                    continue
+                if room_filter.lazy_load_members and event_type == MEMBER and state_key not in senders:
+                    continue
+                ids.append(event_id)
+        if not ids:
+            return {}
+        found = {r.event_id: r for r in map(row_of, await fetch_binary(conn, _BY_ID, {"ids": ids}))}
+        ordered = [(found[e], None) for e in ids if e in found]
+        out: dict[str, list[bytes]] = {}
+        for (row, _), event in zip(ordered, await self.reads.format(conn, user, ordered), strict=True):
+            out.setdefault(row.room_id, []).append(event)
+        return out
+
+    async def _invite_state(self, conn: AsyncConnection[Any], user: str, room: _Room) -> list[Any]:
+        """The invite and the stripped state of its room: from the state after the invite when this
+        server holds it, else from the invite's own ``unsigned.invite_room_state`` (a remote invite)."""
+        invite = room.member_event
+        assert invite is not None
+        stripped: list[Any] = []
+        if invite.outlier or invite.state_group is None:
+            unsigned = parse_event_json(invite.raw).get("unsigned")
+            given = unsigned.get("invite_room_state") if isinstance(unsigned, dict) else None
+            for item in given if isinstance(given, list) else ():
+                if isinstance(item, dict) and isinstance(item.get("type"), str):
+                    stripped.append({k: item[k] for k in ("type", "state_key", "content", "sender") if k in item})
+        else:
+            loaded = await self.reads.states.load_groups(conn, {room.room_id: {invite.state_group}})
+            group = loaded[invite.state_group].state
+            ids = [e for t, keys in group.items() if t in STRIPPED_TYPES for e in keys.values()]
+            inviter = group.get(MEMBER, {}).get(invite.sender)
+            if inviter is not None:
+                ids.append(inviter)
+            found = map(row_of, await fetch_binary(conn, _BY_ID, {"ids": ids})) if ids else ()
+            for row in sorted(found, key=lambda r: (r.type, r.state_key or "")):
+                event = parse_event_json(row.raw)
+                stripped.append({k: event.get(k) for k in ("type", "state_key", "content", "sender")})
+        own = await self.reads.format(conn, user, [(invite, invite.membership)])
+        return [*stripped, *(_raw(e) for e in own)]
+
+
+def _apply_change(plan: dict[str, _Room], change: Row, upto: int) -> None:
+    """A membership change of the user (in stream order) decides its room's section."""
+    room = plan.get(change.room_id)
+    if change.membership == "join":
+        if room is None or room.section != "join" or room.member_event is not None:
+            plan[change.room_id] = _Room(change.room_id, "join", upto, full_state=True, member_event=change)
+        else:  # joined again: the room's whole state, its timeline from the range's start
+            room.full_state, room.member_event = True, change
+    elif change.membership == "invite":
+        plan[change.room_id] = _Room(change.room_id, "invite", change.stream, member_event=change)
+    elif change.membership in ("leave", "ban"):
+        was_in = room is not None and room.section == "join"
+        joined_before = change.prev_membership == "join"
+        section = _Room(change.room_id, "leave", change.stream, member_event=change)
+        section.full_state = room.full_state if room is not None and was_in else False
+        if not (was_in or joined_before):
+            section.cap = -1  # never joined: the leave alone (a rejected invite, a withdrawn knock)
+        plan[change.room_id] = section
+
+
+def _initial_room(member: Row, upto: int, room_filter: RoomFilter) -> _Room | None:
+    """The room an initial sync shows for the user's membership ``member`` at ``upto`` (None: none)."""
+    if member.membership == "join":
+        return _Room(member.room_id, "join", upto, full_state=True)
+    if member.membership == "invite":
+        return _Room(member.room_id, "invite", member.stream, member_event=member)
+    if member.membership in ("leave", "ban") and room_filter.include_leave:
+        room = _Room(member.room_id, "leave", member.stream, full_state=True, member_event=member)
+        if member.prev_membership != "join":
+            room.cap = -1
+        return room
+    return None
+
+
+def _never_joined(room: _Room) -> bool:
+    return room.cap < 0
+
+
+def _raw(event: bytes) -> msgspec.Raw:
+    return msgspec.Raw(event)
