@@ -172,7 +172,7 @@ async def test_openapi_describes_core_and_plugin_routes_with_their_access(inbox_
     for path in ("/sync", "/streams", "/streams/{name}/positions", "/health", "/metrics", "/inbox/messages"):
         assert path in paths, path
     sync = paths["/sync"]["get"]
-    assert {p["name"] for p in sync["parameters"]} == {"since", "timeout", "device"}
+    assert {p["name"] for p in sync["parameters"]} == {"since", "timeout", "device", "filter"}
     assert sync["security"] == [{"bearer": []}]
     assert sync["tags"] == ["factstream"]
     post = paths["/inbox/messages"]["post"]
