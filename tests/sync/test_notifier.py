@@ -221,3 +221,29 @@ async def test_a_cancelled_wait_leaves_nothing_behind(clock, notifier):
         await task
     assert notifier.open_waits == 0
     assert notifier.listening("@alice") == 0
+
+
+async def test_a_room_new_to_the_index_covers_an_event_it_missed(clock, notifier):
+    """An event of a room notified before the room was indexed for the user reached nobody: indexing the
+    room (``watch_rooms``) moves the user's stream so that the next wait reads that range."""
+    first = asyncio.create_task(notifier.wait_for_events("@alice", clock.token, 0.05, Recorder([[]])))
+    await first  # alice has a user stream now, and no rooms
+    since = clock.token
+    missed = clock.advance()
+    assert notifier.on_new_event("facts_key", rooms=["!new"]) == 0
+    notifier.watch_rooms("@alice", ["!new"])
+    callback = Recorder()
+    result = await notifier.wait_for_events("@alice", since, 5, callback)
+    assert callback.calls == [(since, missed)]
+    assert result.result == ["something"]
+
+
+async def test_watching_the_same_rooms_again_moves_nothing(clock, notifier):
+    notifier.watch_rooms("@alice", ["!a"])
+    await notifier.wait_for_events("@alice", clock.token, 0.01, Recorder([[]]))
+    clock.advance()
+    notifier.watch_rooms("@alice", ["!a"])
+    callback = Recorder()
+    result = await notifier.wait_for_events("@alice", StreamToken.start(LAYOUT), 0.05, callback)
+    assert callback.calls == [], "no room was added: the wait must not read a range nobody notified"
+    assert result.timed_out

@@ -28,7 +28,7 @@ of any of them wakes the user's long poll, and a member event wakes its target.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -233,6 +233,7 @@ class _Room:
     rows: list[Row] | None = None  # the timeline's rows, oldest first
     limited: bool = False
     prev_batch: str | None = None
+    shown: list[Row] = field(default_factory=list)  # the timeline's rows the user sees, oldest first
 
 
 class RoomSync:
@@ -400,6 +401,9 @@ class RoomSync:
             if row.event_id in own:
                 visible[row.event_id] = row.membership
         ordered = [(row, visible[row.event_id]) for row in rows if row.event_id in visible]
+        by_id = {room.room_id: room for room in rooms}
+        for row, _ in ordered:
+            by_id[row.room_id].shown.append(row)
         out: dict[str, list[bytes]] = {}
         for (row, _), event in zip(ordered, await self.reads.format(conn, user, ordered), strict=True):
             out.setdefault(row.room_id, []).append(event)
@@ -425,7 +429,7 @@ class RoomSync:
             if room.full_state:
                 wanted[room.room_id] = dict(end)
             elif lazy:
-                senders = {r.sender for r in room.rows or ()}
+                senders = {r.sender for r in room.shown}
                 wanted[room.room_id] = {(MEMBER, s): end[(MEMBER, s)] for s in senders if (MEMBER, s) in end}
         skipped = [r for r in timed if not r.full_state and r.limited]
         if skipped:
@@ -472,8 +476,8 @@ class RoomSync:
         ids: list[str] = []
         for room_id, keys in wanted.items():
             room = by_room[room_id]
-            in_timeline = {r.event_id for r in room.rows or ()}
-            senders = {r.sender for r in room.rows or ()}
+            in_timeline = {r.event_id for r in room.shown}
+            senders = {r.sender for r in room.shown}
             for (event_type, state_key), event_id in sorted(keys.items()):
                 if event_id in in_timeline or not room_filter.state.allows(event_type):
                     continue
