@@ -322,4 +322,3 @@ class Timeline:
 def _floor(changes: Sequence[tuple[str, int]]) -> int:
     """Below which ID a prefill query's rows may be incomplete: 0 if it read every row there is."""
     return min(s for _, s in changes) if len(changes) == PREFILL_ROWS else 0
-
