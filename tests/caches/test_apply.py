@@ -210,3 +210,17 @@ def test_rows_of_a_stream_without_invalidations_touch_nothing():
 
     assert len(caches.get("display_name")) == 1
     assert applier.streams() == ["caches"]
+
+
+def test_a_room_state_change_of_every_member_clears_the_member_caches_and_only_that_rooms_key():
+    caches, _ = make()
+    fill(caches, "room_members", ("!a:hs",), ("!b:hs",))
+    fill(caches, "rooms_for_user", ("@u:hs",), ("@v:hs",))
+    fill(caches, "member_profile", ("!a:hs", "@u:hs"), ("!b:hs", "@v:hs"))
+    fill(caches, "display_name", ("@u:hs",))
+
+    caches.invalidate_room_state_local("!a:hs", every_member=True)
+
+    assert caches.get("room_members").keys() == [("!b:hs",)]
+    assert caches.get("rooms_for_user").keys() == [] and caches.get("member_profile").keys() == []
+    assert caches.get("display_name").keys() == [("@u:hs",)]

@@ -42,7 +42,9 @@ class Caches(Protocol):
 
     def spec(self, name: str) -> CacheSpec: ...
 
-    def invalidate_room_state_local(self, room_id: str, members_changed: Sequence[str] = ()) -> None: ...
+    def invalidate_room_state_local(
+        self, room_id: str, members_changed: Sequence[str] = (), *, every_member: bool = False
+    ) -> None: ...
 
 
 log = logging.getLogger(__name__)

@@ -131,17 +131,25 @@ class CacheRegistry:
         """Clear one cache in this process only; returns how many values it held."""
         return self.get(name).invalidate_all()
 
-    def invalidate_room_state_local(self, room_id: str, members_changed: Sequence[str] = ()) -> None:
+    def invalidate_room_state_local(
+        self, room_id: str, members_changed: Sequence[str] = (), *, every_member: bool = False
+    ) -> None:
         """The ``cs_cache_fake`` fan-out: ``room_id``'s current state changed (and these members').
 
         Invalidates ``(room_id,)`` in every ``"room"`` cache, ``(member,)`` in every ``"member"``
         cache and ``(room_id, member)`` in every ``"room_member"`` cache for each changed member, and
         clears every ``"all"`` cache. Caches that do not depend on room state are not touched.
+
+        ``every_member``: any member's membership may have changed, and which is not known (the
+        events stream's ``state-all`` row): every ``"member"`` and ``"room_member"`` cache is cleared.
         """
         room_key = (room_id,)
         for cache in self._room_caches:
             cache.invalidate(room_key)
-        if members_changed:
+        if every_member:
+            for cache in (*self._member_caches, *self._room_member_caches):
+                cache.invalidate_all()
+        elif members_changed:
             for cache in self._member_caches:
                 for member in members_changed:
                     cache.invalidate((member,))

@@ -398,6 +398,18 @@ class TcpProxy:
 
         return self._call(abort())
 
+    def inject(self, data: bytes) -> int:
+        """Write ``data`` to every established link towards the process that connected, as if the
+        target had sent it (a forged or replayed line on an authenticated link); returns how many links."""
+
+        async def write() -> int:
+            links = list(self._links)
+            for down, _ in links:
+                down.write(data)
+            return len(links)
+
+        return self._call(write())
+
     def connections(self) -> int:
         async def count() -> int:
             return len(self._links)

@@ -34,8 +34,9 @@ from factstream import (
     SyncRequest,
     cached_specs,
 )
-from factstream_events import censor, hookspecs
+from factstream_events import censor, hookspecs, invalidations
 from factstream_events.caches import IMMUTABLE_CACHES
+from factstream_events.invalidations import RoomState
 from factstream_events.policy import RoomFacts, check
 from factstream_events.routes import ROUTES
 from factstream_events.rows import (
@@ -52,7 +53,7 @@ from factstream_events.settings import EventsSettings
 from factstream_events.statemath import State, default_resolve
 from factstream_events.store import EventsStore
 from factstream_events.sync import wake
-from factstream_events.timeline import ROOMS_FOR_USER, Timeline, rooms_for_user_keys
+from factstream_events.timeline import Timeline
 from factstream_events.updates import events_updates
 
 #: The field of the sync token that follows the events stream (a room token: ``s<pos>``).
@@ -99,13 +100,14 @@ def register_streams(register: RegisterStream) -> None:
 
 @factstream.hookimpl
 def register_caches(register: Callable[[CacheSpec], None]) -> None:
-    for spec in (*cached_specs(Timeline), *IMMUTABLE_CACHES):
+    for spec in (*cached_specs(Timeline, RoomState), *IMMUTABLE_CACHES):
         register(spec)
 
 
 @factstream.hookimpl
 def register_invalidations(register: Callable[[InvalidationSpec], None]) -> None:
-    register(InvalidationSpec(stream=STREAM, cache=ROOMS_FOR_USER, keys=rooms_for_user_keys))
+    for spec in invalidations.specs():
+        register(spec)
 
 
 @factstream.hookimpl
@@ -117,15 +119,11 @@ async def startup(host: HostApi) -> None:
     censor.start(host)
 
 
-def feed_timeline(host: HostApi, instance: str, token: int, rows: Sequence[EventsRow], local: bool) -> None:
-    """Feed the stream change caches with the events stream's rows, this process's own and replicated."""
-    host.state(EventsStore).timeline.on_rows(token, rows)
-
-
 @factstream.hookimpl
 def register_rows_handlers(register: RegisterRowsHandler) -> None:
-    """The events stream's rows feed the timeline (the backfill stream's never do)."""
-    register(RowsHandlerSpec(stream=EVENTS_STREAM_SPEC, handler=feed_timeline))
+    """The events stream's rows invalidate and feed the change caches (``factstream_events.invalidations``;
+    the backfill stream's never do)."""
+    register(RowsHandlerSpec(stream=EVENTS_STREAM_SPEC, handler=invalidations.on_rows))
 
 
 @factstream.hookimpl

@@ -47,6 +47,14 @@ class ChangeCache:
             oldest = next(iter(self._last))
             self.earliest = max(self.earliest, self._last.pop(oldest))
 
+    def unsure_before(self, stream_id: int) -> None:
+        """Any entity may have changed at ``stream_id``, and which is not known (a ``state-all`` row):
+        answer "unsure" for every earlier position from now on."""
+        if stream_id <= self.earliest:
+            return
+        self.earliest = stream_id
+        self._last = {e: s for e, s in self._last.items() if s > stream_id}
+
     def last_change(self, entity: str) -> int | None:
         """The last change of ``entity`` this cache knows (None: none after :attr:`earliest`)."""
         return self._last.get(entity)

@@ -20,7 +20,7 @@ as a normal event is new at its ``ex_outlier_stream`` ID.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,7 @@ from factstream import Caches, HostApi, cached
 from factstream_events.changes import ChangeCache
 from factstream_events.errors import InvalidParam
 from factstream_events.reads import COLUMNS, Reads, Row, fetch_binary, parse_token, row_of
-from factstream_events.rows import EV, STATE, STATE_ALL, STREAM, EventsRow, event_data, state_data
+from factstream_events.rows import EV, STREAM, EventsRow, event_data
 from factstream_events.validate import MEMBER
 
 #: The cache of each user's joined and invited rooms (invalidated by ``state`` rows of their member key).
@@ -322,13 +322,3 @@ class Timeline:
 def _floor(changes: Sequence[tuple[str, int]]) -> int:
     """Below which ID a prefill query's rows may be incomplete: 0 if it read every row there is."""
     return min(s for _, s in changes) if len(changes) == PREFILL_ROWS else 0
-
-
-def rooms_for_user_keys(row: EventsRow) -> Iterable[tuple[str]] | None:
-    """The keys of :data:`ROOMS_FOR_USER` a row of the events stream invalidates (None: all)."""
-    if row.kind == STATE:
-        data = state_data(row)
-        return [(data.state_key,)] if data.type == MEMBER else []
-    if row.kind == STATE_ALL:
-        return None
-    return []

@@ -64,3 +64,15 @@ def test_prefill_merges_with_what_arrived_meanwhile(stored, live, window):
 def test_bad_size_is_refused():
     with pytest.raises(ValueError, match="max_entries"):
         ChangeCache("t", 0, max_entries=0)
+
+
+def test_unsure_before_answers_unsure_for_earlier_positions_and_keeps_later_changes():
+    cache = ChangeCache("t", 10)
+    cache.changed("a", 12)
+    cache.changed("b", 20)
+    cache.unsure_before(15)
+    assert cache.earliest == 15 and cache.last_change("a") is None and cache.last_change("b") == 20
+    assert cache.has_changed_since("c", 14) and cache.changed_since(["c"], 14) is None
+    assert not cache.has_changed_since("c", 15) and cache.changed_since(["b", "c"], 15) == {"b"}
+    cache.unsure_before(5)  # never moves back
+    assert cache.earliest == 15
