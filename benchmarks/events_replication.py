@@ -81,7 +81,9 @@ def _reader_process(config: dict[str, Any], pipe: Any) -> None:
     Commands: ``("disconnect",)`` drops its replication link; ``("connect", token)`` reconnects, answers
     once it has caught up to ``token`` and starts counting rows and CPU from there; ``("wait", token)``
     waits until the rows of ``token`` (the last written) reached it and answers ``(wall clock of their
-    arrival, rows since the connect, CPU seconds since the connect)``; ``("stop",)`` ends the process.
+    arrival, rows since the connect, CPU seconds and seconds from the connect to the last row)``;
+    ``("idle", seconds)`` answers the CPU seconds a second it spends connected with nothing written,
+    over ``seconds``; ``("stop",)`` ends the process.
     """
     counter = RowCounter()
 
@@ -92,7 +94,7 @@ def _reader_process(config: dict[str, Any], pipe: Any) -> None:
         while not host.handler.following("events"):
             await asyncio.sleep(0.01)
         pipe.send("ready")
-        rows0, cpu0 = 0, 0.0
+        rows0, cpu0, wall0 = 0, 0.0, 0.0
         while True:
             command = await asyncio.to_thread(pipe.recv)
             if command[0] == "stop":
@@ -104,14 +106,18 @@ def _reader_process(config: dict[str, Any], pipe: Any) -> None:
                 await host.connect_replication()
                 while host.id_generator("events").get_current_token_for_writer("main") < command[1]:
                     await asyncio.sleep(0.005)
-                rows0, cpu0 = counter.rows, time.process_time()
+                rows0, cpu0, wall0 = counter.rows, time.process_time(), time.time()
                 pipe.send("ok")
             elif command[0] == "wait":
                 deadline = time.time() + 120
                 while counter.token < command[1] and time.time() < deadline:
                     await asyncio.sleep(0.002)
                 arrived = counter.at if counter.token >= command[1] else math.nan
-                pipe.send((arrived, counter.rows - rows0, counter.cpu - cpu0))
+                pipe.send((arrived, counter.rows - rows0, counter.cpu - cpu0, counter.at - wall0))
+            elif command[0] == "idle":
+                cpu, wall = time.process_time(), time.time()
+                await asyncio.sleep(command[1])
+                pipe.send((time.process_time() - cpu) / (time.time() - wall))
         await host.stop()
 
     asyncio.run(main())
@@ -231,14 +237,22 @@ class Figures:
     delivered_seconds: float = 0.0  # first write to the slowest reader's last row, summed
     reader_rows: list[int] = field(default_factory=lambda: [0] * len(READERS))
     reader_cpu: list[float] = field(default_factory=lambda: [0.0] * len(READERS))
+    reader_seconds: list[float] = field(default_factory=lambda: [0.0] * len(READERS))
     ratios: list[float] = field(default_factory=list)
 
-    def lines(self, label: str, name: str) -> list[str]:
+    def lines(self, label: str, name: str, idle: Sequence[float]) -> list[str]:
+        """The workload's two lines; ``idle``: each reader's CPU seconds a second when nothing is written."""
         alone_rate = self.alone[0] / self.alone[1]
         written = self.together[0] / self.together[1]
         delivered = self.together[0] / self.delivered_seconds
         ratio = delivered / alone_rate
         per_row = [cpu / rows * 1e6 for cpu, rows in zip(self.reader_cpu, self.reader_rows, strict=True)]
+        busy = [
+            (cpu - rate * seconds) / rows * 1e6
+            for cpu, rows, seconds, rate in zip(
+                self.reader_cpu, self.reader_rows, self.reader_seconds, idle, strict=True
+            )
+        ]
         rows_per_event = sum(self.reader_rows) / len(READERS) / self.together[0]
         writer_alone = self.alone[2] / self.alone[0] * 1e6
         writer_with = self.together[2] / self.together[0] * 1e6
@@ -247,7 +261,8 @@ class Figures:
             f"delivered {delivered:7,.0f}/s to the slowest = {ratio:4.2f}x the write rate alone (target >= 0.8x: "
             f"{verdict(ratio >= 0.8)}; rounds {min(self.ratios):.2f}x-{max(self.ratios):.2f}x)",
             f"{label:6s} {name}: reader CPU {sum(per_row) / len(per_row):5.1f} us/row (readers "
-            f"{min(per_row):.1f}-{max(per_row):.1f}; {rows_per_event:.2f} rows/event); writer CPU "
+            f"{min(per_row):.1f}-{max(per_row):.1f}; {sum(busy) / len(busy):.1f} net of idle; "
+            f"{rows_per_event:.2f} rows/event); writer CPU "
             f"{writer_alone:6.1f} us/event alone, {writer_with:6.1f} with 2 readers "
             f"({writer_with - writer_alone:+.1f})",
         ]
@@ -284,13 +299,14 @@ async def measure(
         n, start, dt, cpu = await _timed(lambda: workload.write(store, phase))
         out.together = [out.together[0] + n, out.together[1] + dt, out.together[2] + cpu]
         answers = await readers.ask("wait", gen.get_current_token())
-        last = max(arrived for arrived, _, _ in answers)
+        last = max(answer[0] for answer in answers)
         if math.isnan(last):
             raise RuntimeError("a reader never got the phase's last event")
         out.delivered_seconds += last - start
-        for i, (_, rows, reader_cpu) in enumerate(answers):
+        for i, (_, rows, reader_cpu, reader_seconds) in enumerate(answers):
             out.reader_rows[i] += rows
             out.reader_cpu[i] += reader_cpu
+            out.reader_seconds[i] += reader_seconds
         out.ratios.append(n / (last - start) / alone_rate)
     return out
 
@@ -329,9 +345,15 @@ async def run_transport(url: str, redis_url: str | None, seconds: float, rounds:
         readers = Readers(cluster)
         try:
             await readers.ready()
+            idle = await readers.ask("idle", 1.0)
+            lines.append(
+                f"{label:6s} readers connected, nothing written: "
+                + ", ".join(f"{rate * 1000:.1f}" for rate in idle)
+                + " ms CPU a second"
+            )
             for workload in workloads:
                 figures = await measure(main, readers, workload, seconds, rounds, redis_url is not None)
-                lines += figures.lines(label, workload.name)
+                lines += figures.lines(label, workload.name, idle)
         finally:
             readers.stop()
     return lines
