@@ -96,6 +96,7 @@ def _reader_process(config: dict[str, Any], pipe: Any) -> None:
         host = Host(load_config(environ={}, **config), load_plugins(extra=[("bench_counter", counter)]))
         await host.start()
         freeze_startup_heap()  # as `factstream run` does
+        assert host.handler is not None
         while not host.handler.following("events"):
             await asyncio.sleep(0.01)
         pipe.send("ready")
@@ -199,9 +200,9 @@ class Remote(Workload):
         self.sender.top_up(max(2, int(seconds * 40_000 / BATCH / ROOMS)))  # more than a phase can use
 
     async def write(self, store: Any, seconds: float) -> int:
-        before = self.sender.rate.count
+        before: int = self.sender.rate.count
         await self.sender.run(store, seconds)
-        return self.sender.rate.count - before
+        return int(self.sender.rate.count) - before
 
 
 class Local(Workload):
