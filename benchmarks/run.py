@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import caches_invalidation
 import codec
+import events_replication
 import events_storage
 import http_latency
 import idgen_append
@@ -24,15 +25,18 @@ import replication_e2e
 import spark_export
 import sync_wakeup
 
+#: What runs without ``--only``; ``events-replication`` runs as part of ``events``.
+DEFAULT = ["idgen", "codec", "replication", "caches", "export", "sync", "events", "http"]
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement (default 3)")
     parser.add_argument(
         "--only",
-        choices=["idgen", "codec", "replication", "caches", "export", "sync", "events", "http"],
+        choices=[*DEFAULT, "events-replication"],
         action="append",
-        help="run only these (repeatable)",
+        help="run only these (repeatable; events includes events-replication)",
     )
     parser.add_argument("--export-facts", type=int, default=1_000_000, help="facts in the Spark export benchmark")
     parser.add_argument("--catch-up-facts", type=int, default=1_000_000, help="facts behind for the catch-up test")
@@ -53,7 +57,7 @@ def main() -> None:
         migrator = Migrator(url, load_plugins())
         migrator.upgrade()
         migrator.close()
-        only = set(args.only or ["idgen", "codec", "replication", "caches", "export", "sync", "events", "http"])
+        only = set(args.only or DEFAULT)
         if "idgen" in only:
             print(f"idgen append ({args.seconds:g} s each):", flush=True)
             for line in idgen_append.run(url, args.seconds):
@@ -87,6 +91,13 @@ def main() -> None:
             events_storage.run(
                 url, args.seconds, scale=args.events_scale, emit=lambda line: print("  " + line, flush=True)
             )
+        if "events" in only or "events-replication" in only:
+            redis_url = os.environ.get("FACTSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+            print(
+                f"events stream replication to two reader processes ({2 * args.seconds:g} s of writes a workload):",
+                flush=True,
+            )
+            events_replication.run(url, redis_url, args.seconds, emit=lambda line: print("  " + line, flush=True))
         if "http" in only:
             print(
                 f"HTTP latency, kept-alive connections, a request at a time ({args.seconds:g} s a route):", flush=True
