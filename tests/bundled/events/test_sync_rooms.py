@@ -36,6 +36,19 @@ async def sync(client: httpx.AsyncClient, since: str | None = None, **params: An
     return dict(response.json())
 
 
+async def long_polls(
+    woken: httpx.AsyncClient, bystander: httpx.AsyncClient
+) -> tuple[asyncio.Task[dict[str, Any]], asyncio.Task[dict[str, Any]]]:
+    """Both clients long-poll from an initial sync: the first for up to 10 s, the second for 1.5 s."""
+    since_woken = (await sync(woken))["next_batch"]
+    since_bystander = (await sync(bystander))["next_batch"]
+    first = asyncio.create_task(sync(woken, since_woken, timeout=10_000))
+    second = asyncio.create_task(sync(bystander, since_bystander, timeout=1_500))
+    await asyncio.sleep(0.3)
+    assert not first.done(), "nothing happened yet: the long poll must still wait"
+    return first, second
+
+
 def timeline(body: dict[str, Any], room_id: str, section: str = "join") -> list[dict[str, Any]]:
     return list(body["rooms"][section][room_id]["timeline"]["events"])
 
@@ -99,12 +112,7 @@ async def test_a_long_poll_wakes_for_a_new_event_in_a_joined_room_and_nobody_els
     other = await store.create_room(CAROL, preset="public_chat")
     await store.change_membership(room, BOB, BOB, "join")
     async with client(BOB) as bob, client(CAROL) as carol:
-        since_bob = (await sync(bob))["next_batch"]
-        since_carol = (await sync(carol))["next_batch"]
-        waiting_bob = asyncio.create_task(sync(bob, since_bob, timeout=10_000))
-        waiting_carol = asyncio.create_task(sync(carol, since_carol, timeout=1_500))
-        await asyncio.sleep(0.3)
-        assert not waiting_bob.done()
+        waiting_bob, waiting_carol = await long_polls(bob, carol)
         await store.send(room, ALICE, "m.room.message", text("wake up"))
         woken = await asyncio.wait_for(waiting_bob, 5)
         assert bodies(timeline(woken, room)) == ["wake up"]
@@ -176,3 +184,38 @@ async def test_a_redaction_of_a_delivered_event_arrives_as_the_redaction(main: H
     events = timeline(second, room)
     assert [e["type"] for e in events] == ["m.room.redaction"]
     assert events[0]["redacts"] == message or events[0]["content"].get("redacts") == message
+
+
+async def test_an_invite_wakes_the_invitee_who_is_in_no_room_and_nobody_else(main: Host, client: Clients) -> None:
+    store = store_of(main)
+    room = await store.create_room(ALICE, preset="private_chat")
+    async with client(BOB) as bob, client(CAROL) as carol:
+        waiting_bob, waiting_carol = await long_polls(bob, carol)
+        await store.change_membership(room, ALICE, BOB, "invite")
+        woken = await asyncio.wait_for(waiting_bob, 5)
+        assert room in woken["rooms"]["invite"]
+        assert (await waiting_carol).get("rooms", {}) == {}
+
+
+@pytest.mark.parametrize("transport", ["tcp", "redis"])
+async def test_a_long_poll_on_a_worker_wakes_for_an_event_written_on_main(host_cluster, transport: str) -> None:
+    from tests.bundled.events.conftest import TOKENS, token_of
+
+    host_cluster.configure(transport=transport, http={"tokens": TOKENS})
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "events")
+    store = store_of(main)
+    room = await store.create_room(ALICE, preset="public_chat")
+    await store.change_membership(room, BOB, BOB, "join")
+    position = main.id_generator("events").get_current_token()
+    assert await worker.api.wait_for_stream_position("main", "events", position, timeout=10)
+    async with host_cluster.client(worker, token_of(BOB)) as bob:
+        first = await sync(bob)
+        assert room in first["rooms"]["join"]
+        waiting = asyncio.create_task(sync(bob, first["next_batch"], timeout=10_000))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        await store.send(room, ALICE, "m.room.message", text("across processes"))
+        woken = await asyncio.wait_for(waiting, 5)
+    assert bodies(timeline(woken, room)) == ["across processes"]
