@@ -219,3 +219,45 @@ async def test_a_long_poll_on_a_worker_wakes_for_an_event_written_on_main(host_c
         await store.send(room, ALICE, "m.room.message", text("across processes"))
         woken = await asyncio.wait_for(waiting, 5)
     assert bodies(timeline(woken, room)) == ["across processes"]
+
+
+async def test_a_gap_in_the_stored_history_makes_the_timeline_limited(main: Host, client: Clients) -> None:
+    from tests.bundled.events.remote_history import RemoteRoom, persist
+
+    zed = "@zed:elsewhere"
+    remote = RemoteRoom("!gap:elsewhere")
+    remote.create(zed)
+    remote.add("m.room.member", BOB, {"membership": "join"}, state_key=BOB)
+    store = store_of(main)
+    await persist(store, remote.room_id, remote.events)
+    async with client(BOB) as bob:
+        first = await sync(bob)
+        assert remote.room_id in first["rooms"]["join"]
+        held = len(remote.events)
+        for i in range(3):
+            remote.add("m.room.message", zed, {"msgtype": "m.text", "body": f"missed {i}"})
+        after_gap = remote.add("m.room.message", zed, {"msgtype": "m.text", "body": "after the gap"})
+        assert len(remote.events) == held + 4
+        await persist(store, remote.room_id, [after_gap])  # its prev event is not held: a gap
+        body = await sync(bob, first["next_batch"])
+    room = body["rooms"]["join"][remote.room_id]
+    assert bodies(room["timeline"]["events"]) == ["after the gap"]
+    assert room["timeline"]["limited"] is True, "the timeline follows a gap: the client must page back"
+    async with client(BOB) as bob:
+        later = await sync(bob, body["next_batch"], timeout=0)
+    assert later.get("rooms", {}) == {}
+
+
+async def test_an_incremental_prev_batch_pages_back_with_messages(main: Host, client: Clients) -> None:
+    store = store_of(main)
+    room = await store.create_room(ALICE, preset="public_chat")
+    async with client(ALICE) as alice:
+        first = await sync(alice)
+        for i in range(5):
+            await store.send(room, ALICE, "m.room.message", text(f"n{i}"))
+        body = await sync(alice, first["next_batch"], filter={"room": {"timeline": {"limit": 2}}})
+        joined = body["rooms"]["join"][room]["timeline"]
+        assert bodies(joined["events"]) == ["n3", "n4"] and joined["limited"] is True
+        page = await alice.get(f"/rooms/{room}/messages", params={"from": joined["prev_batch"], "dir": "b", "limit": 3})
+    assert page.status_code == 200, page.text
+    assert bodies(page.json()["chunk"]) == ["n2", "n1", "n0"]
