@@ -68,6 +68,12 @@ JOIN events e ON e.event_id = m.event_id JOIN event_json j ON j.event_id = m.eve
 WHERE m.user_id = %(user)s AND m.stream_ordering <= %(upto)s
 ORDER BY m.room_id, m.stream_ordering DESC
 """
+_JOINED_AT = """
+SELECT room_id FROM (
+    SELECT DISTINCT ON (room_id) room_id, membership FROM room_memberships
+    WHERE user_id = %(user)s AND stream_ordering <= %(upto)s ORDER BY room_id, stream_ordering DESC
+) m WHERE membership = 'join'
+"""
 # The newest events of each room after ``since`` and up to the room's cap, by stream order.
 _NEW_IN_ROOMS = f"""
 SELECT {COLUMNS}, j.json FROM unnest(%(rooms)s::text[], %(caps)s::bigint[]) AS r(room_id, cap)
@@ -259,8 +265,12 @@ class RoomSync:
             return {}
         if request.initial:
             return await self.initial(request.user, upto, room_filter)
-        joined = [r.room_id for r in mine if r.membership == "join"]
         member_changed = self.timeline.members.has_changed_since(request.user, after)
+        if member_changed:
+            # the user's rooms now may differ from their rooms at ``upto`` (a join or leave since)
+            joined = await self._joined_at(request.user, upto)
+        else:
+            joined = [r.room_id for r in mine if r.membership == "join"]
         changed = self.timeline.rooms.changed_since(joined, after)
         rooms = set(joined) if changed is None else changed
         if not member_changed and not rooms:
@@ -268,6 +278,11 @@ class RoomSync:
             return {}
         self.read_database += 1
         return await self.incremental(request.user, after, upto, room_filter, rooms, member_changed)
+
+    async def _joined_at(self, user: str, upto: int) -> list[str]:
+        """The rooms ``user`` was joined to at stream position ``upto``."""
+        rows = await self.host.database().fetchall(_JOINED_AT, {"user": user, "upto": upto})
+        return [str(r[0]) for r in rows]
 
     # -- incremental -------------------------------------------------------------------------------
 

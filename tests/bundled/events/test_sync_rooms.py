@@ -261,3 +261,30 @@ async def test_an_incremental_prev_batch_pages_back_with_messages(main: Host, cl
         page = await alice.get(f"/rooms/{room}/messages", params={"from": joined["prev_batch"], "dir": "b", "limit": 3})
     assert page.status_code == 200, page.text
     assert bodies(page.json()["chunk"]) == ["n2", "n1", "n0"]
+
+
+async def test_a_range_read_after_a_later_leave_still_shows_the_room_as_it_was_at_the_ranges_end(main: Host) -> None:
+    """A sync range ends at ``upto``; a leave written after it (while the request runs) must not hide
+    the events of the range, nor a join written after it show the room early."""
+    from factstream import SyncRequest
+
+    store = store_of(main)
+    room = await store.create_room(ALICE, preset="public_chat")
+    await store.change_membership(room, BOB, BOB, "join")
+    since = main.id_generator("events").get_current_token()
+    await store.send(room, ALICE, "m.room.message", text("in range"))
+    upto = main.id_generator("events").get_current_token()
+    await store.change_membership(room, BOB, BOB, "leave")
+    later = await store.create_room(ALICE, preset="public_chat")
+    await store.send(later, ALICE, "m.room.message", text("before bob came"))
+    await store.change_membership(later, BOB, BOB, "join")
+
+    def request(low: int, high: int) -> SyncRequest:
+        return SyncRequest(main.api, "events", BOB, None, {"main": low}, {"main": high})
+
+    answer = await store.sync(request(since, upto))
+    assert list(answer.get("join", {})) == [room]
+    shown = [json.loads(bytes(e))["content"].get("body") for e in answer["join"][room]["timeline"]["events"]]
+    assert shown == ["in range"]
+    rest = await store.sync(request(upto, main.id_generator("events").get_current_token()))
+    assert list(rest.get("leave", {})) == [room] and list(rest.get("join", {})) == [later]
