@@ -22,6 +22,7 @@ import http_latency
 import idgen_append
 import replication_e2e
 import spark_export
+import sync_rooms
 import sync_wakeup
 
 
@@ -30,7 +31,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement (default 3)")
     parser.add_argument(
         "--only",
-        choices=["idgen", "codec", "replication", "caches", "export", "sync", "events", "http"],
+        choices=["idgen", "codec", "replication", "caches", "export", "sync", "events", "http", "sync-rooms"],
         action="append",
         help="run only these (repeatable)",
     )
@@ -53,7 +54,9 @@ def main() -> None:
         migrator = Migrator(url, load_plugins())
         migrator.upgrade()
         migrator.close()
-        only = set(args.only or ["idgen", "codec", "replication", "caches", "export", "sync", "events", "http"])
+        only = set(
+            args.only or ["idgen", "codec", "replication", "caches", "export", "sync", "events", "http", "sync-rooms"]
+        )
         if "idgen" in only:
             print(f"idgen append ({args.seconds:g} s each):", flush=True)
             for line in idgen_append.run(url, args.seconds):
@@ -93,6 +96,9 @@ def main() -> None:
             )
             for line in http_latency.run(url, args.seconds):
                 print("  " + line, flush=True)
+        if "sync-rooms" in only:
+            print(f"rooms in /sync (issue 32), {args.sync_polls:,} idle long polls:", flush=True)
+            sync_rooms.run(url, polls=args.sync_polls, emit=lambda line: print("  " + line, flush=True))
     finally:
         drop_database(url)
 
