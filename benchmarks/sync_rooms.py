@@ -33,18 +33,28 @@ import asyncio
 import contextlib
 import json
 import random
-import socket
-import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from events_storage import BATCH, SERVER, Clock, RemoteRoom, analyze, ms, pct, persist, persist_rounds, verdict
+from events_storage import (
+    BATCH,
+    SERVER,
+    Clock,
+    RemoteRoom,
+    analyze,
+    events_host,
+    ms,
+    pct,
+    persist,
+    persist_rounds,
+    store_of,
+    verdict,
+)
+from sync_wakeup import free_port, until
 
-from factstream.host.app import Host, freeze_startup_heap
-from factstream.testing import HostCluster
+from factstream.host.app import Host
 
 Emit = Callable[[str], None]
 
@@ -72,12 +82,6 @@ class Sizes:
     initial_samples: int = 30
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def idle_user(i: int) -> str:
     return f"@w{i}:bench.local"
 
@@ -85,29 +89,15 @@ def idle_user(i: int) -> str:
 @contextlib.asynccontextmanager
 async def rooms_host(url: str, port: int) -> AsyncIterator[Host]:
     """One started host on ``url`` (migrated), serving HTTP on ``port`` with the readers' tokens."""
-    with tempfile.TemporaryDirectory(prefix="factstream-sync-rooms-bench-") as state:
-        cluster = HostCluster(Path(state), database=url, instances=("main",))
-        cluster.configure(
-            http={
-                "port": port,
-                "bind": "127.0.0.1",
-                "sync_timeout_max_seconds": 600,
-                "token_table": False,
-                "tokens": {TOKEN: {"user": READER}, TOKEN200: {"user": READER200}},
-            }
-        )
-        try:
-            host = await cluster("main")
-            freeze_startup_heap()
-            yield host
-        finally:
-            await cluster.close()
-
-
-def store_of(host: Host) -> Any:
-    from factstream_events import EventsStore
-
-    return host.api.state(EventsStore)
+    http = {
+        "port": port,
+        "bind": "127.0.0.1",
+        "sync_timeout_max_seconds": 600,
+        "token_table": False,
+        "tokens": {TOKEN: {"user": READER}, TOKEN200: {"user": READER200}},
+    }
+    async with events_host(url, http=http) as host:
+        yield host
 
 
 # -- building the rooms ----------------------------------------------------------------------------------
@@ -304,14 +294,6 @@ async def bench_incremental(host: Host, port: int, rooms: Sequence[RemoteRoom], 
 
 
 # -- 1. wake-ups with idle long polls ----------------------------------------------------------------------
-
-
-async def until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 async def bench_wakeups(host: Host, rooms: Sequence[RemoteRoom], sizes: Sizes, emit: Emit) -> None:
