@@ -9,11 +9,13 @@ the response's last byte is read, the JSON is parsed after).
 The rooms are built once per run as a remote server would send them (``EventsStore.persist_remote``,
 room version 10, the generator of ``events_storage``): the reader ``@reader:bench.local`` is in
 1,000 rooms of 20 events (5 of the room's start, the reader's join, 14 messages) and
-``@reader200:bench.local`` in 200 of them (the reference's other size); each of the 10,000 idle
-users ``@w<i>:bench.local`` is in a room of its own (the room's start and the user's join).
+``@reader200:bench.local`` in 200 of them (the reference's other size). Of the 10,000 idle users
+``@w<i>:bench.local``, 100 are in a room of their own (the room's start and the user's join: the rooms
+the wake-up samples write to) and the others in rooms of 100 where nothing is sent (10,000 new rooms
+would take minutes to build; how the idle polls spread over rooms does not touch a wake-up's path).
 
 1. **wake-up**: every idle user parks a ``/sync`` long poll (10,000 open at once); a sample commits
-   one remote message into a random idle user's room and times from the commit returning to that
+   one remote message into the room of one of the 100 (at random) and times from the commit returning to that
    user's ``sync`` returning (with the message); the user parks again. Requests woken per event
    (``Notifier.on_new_event``'s count) must be exactly one. Target: p99 <= 5 ms.
 2. **incremental**: a sample takes the reader's current token, commits one message in each of 10
@@ -106,7 +108,8 @@ async def rooms_host(url: str, port: int) -> AsyncIterator[Host]:
 async def build(
     host: Host, sizes: Sizes, setup_seconds: float, emit: Emit
 ) -> tuple[list[RemoteRoom], list[RemoteRoom]]:
-    """The readers' rooms (20 events each) and one room per idle user; returns both lists."""
+    """The readers' rooms (20 events each) and the idle users' rooms; returns the readers' rooms and the
+    rooms of the idle users who have one of their own (``idle_user(i)`` is in the ``i``-th)."""
     store = store_of(host)
     clock = Clock("sync-rooms", setup_seconds, emit)
     reader_rooms = [RemoteRoom(f"@c{i}:{SERVER}") for i in range(sizes.rooms)]
