@@ -45,6 +45,7 @@ from events_storage import (
     SERVER,
     Clock,
     RemoteRoom,
+    SetupTimeout,
     analyze,
     events_host,
     ms,
@@ -356,7 +357,11 @@ async def bench_wakeups(host: Host, rooms: Sequence[RemoteRoom], sizes: Sizes, e
 async def run_async(url: str, sizes: Sizes, setup_seconds: float, emit: Emit) -> None:
     port = free_port()
     async with rooms_host(url, port) as host:
-        reader_rooms, idle_rooms = await build(host, sizes, setup_seconds, emit)
+        try:
+            reader_rooms, idle_rooms = await build(host, sizes, setup_seconds, emit)
+        except SetupTimeout as exc:
+            emit(f"SKIPPED: {exc}")
+            return
         await bench_initial(host, port, sizes, emit)
         await bench_incremental(host, port, reader_rooms, sizes, emit)
         await bench_wakeups(host, idle_rooms, sizes, emit)
