@@ -184,10 +184,11 @@ class RemoteRoom:
 
 
 @contextlib.asynccontextmanager
-async def events_host(url: str) -> AsyncIterator[Host]:
-    """One started host writing ``events`` and ``backfill`` on ``url`` (an already migrated database)."""
+async def events_host(url: str, **config: Any) -> AsyncIterator[Host]:
+    """One started host writing ``events`` and ``backfill`` on ``url`` (an already migrated database);
+    ``config``: configuration sections of the host (``http={...}``)."""
     with tempfile.TemporaryDirectory(prefix="factstream-events-bench-") as state:
-        cluster = HostCluster(Path(state), database=url, instances=("main",))
+        cluster = HostCluster(Path(state), database=url, instances=("main",)).configure(**config)
         try:
             host = await cluster("main")
             freeze_startup_heap()

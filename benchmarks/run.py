@@ -23,10 +23,11 @@ import http_latency
 import idgen_append
 import replication_e2e
 import spark_export
+import sync_rooms
 import sync_wakeup
 
 #: What runs without ``--only``; ``events-replication`` runs as part of ``events``.
-DEFAULT = ["idgen", "codec", "replication", "caches", "export", "sync", "events", "http"]
+DEFAULT = ["idgen", "codec", "replication", "caches", "export", "sync", "events", "http", "sync-rooms"]
 
 
 def main() -> None:
@@ -104,6 +105,9 @@ def main() -> None:
             )
             for line in http_latency.run(url, args.seconds):
                 print("  " + line, flush=True)
+        if "sync-rooms" in only:
+            print(f"rooms in /sync (issue 32), {args.sync_polls:,} idle long polls:", flush=True)
+            sync_rooms.run(url, polls=args.sync_polls, emit=lambda line: print("  " + line, flush=True))
     finally:
         drop_database(url)
 
