@@ -25,6 +25,11 @@ STATE_CONTENTS = "events_state_contents"
 #: The creator a create event names, ``(creator or None,)``, by the create event's ``(event_id,)``.
 ROOM_CREATORS = "events_room_creators"
 
+#: An event's client format less ``unsigned`` (``served.ClientBody``), by ``(event_id,)``: kept only for
+#: events not redacted (a redacted event is served pruned, never from here), so the stored bytes it is
+#: made of never change while it is held.
+CLIENT_BODIES = "events_client_bodies"
+
 #: Entries each cache holds at most, per process.
 SIZE = 100_000
 
@@ -35,4 +40,5 @@ IMMUTABLE_CACHES = (
     CacheSpec(MEMBER_AT_GROUP, max_size=SIZE, key_arity=2, key_types=(int, str)),
     CacheSpec(STATE_CONTENTS, max_size=SIZE),
     CacheSpec(ROOM_CREATORS, max_size=SIZE),
+    CacheSpec(CLIENT_BODIES, max_size=SIZE // 2),
 )

@@ -21,11 +21,25 @@ import msgspec
 from psycopg import AsyncConnection
 
 from factstream import HostApi, LruCache
-from factstream_events.caches import MEMBER_AT_GROUP, MEMBER_EVENT_MEMBERSHIP, REPLACES_STATE, ROOM_VERSIONS
+from factstream_events.caches import (
+    CLIENT_BODIES,
+    MEMBER_AT_GROUP,
+    MEMBER_EVENT_MEMBERSHIP,
+    REPLACES_STATE,
+    ROOM_VERSIONS,
+)
 from factstream_events.canonical import parse_event_json
 from factstream_events.errors import Forbidden, InvalidParam, UnknownEvent, UnknownRoom
 from factstream_events.prune import prune_event
-from factstream_events.served import REDACTED_MARKER, client_event, federation_event, now_ms, pruned_json
+from factstream_events.served import (
+    REDACTED_MARKER,
+    ClientBody,
+    client_body,
+    client_event,
+    federation_event,
+    now_ms,
+    pruned_json,
+)
 from factstream_events.statemath import StateMap, nest
 from factstream_events.statestore import StateStore
 from factstream_events.tokens import RoomToken, TokenError, next_token, order_by, pagination_bounds
@@ -154,6 +168,8 @@ class Reads:
         self._replaces: LruCache[str | None] = host.caches.get(REPLACES_STATE)
         #: A user's member event in a state group (None: none); groups never change.
         self._member_at: LruCache[str | None] = host.caches.get(MEMBER_AT_GROUP)
+        #: Events in the client format less ``unsigned`` (not redacted ones: their stored bytes are fixed).
+        self._bodies: LruCache[ClientBody] = host.caches.get(CLIENT_BODIES)
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -318,16 +334,29 @@ class Reads:
         because = await self._redactions(conn, user, [r.redacted_by for r, _ in shown if r.redacted_by])
         replaced = await self._replaced(conn, [r for r, _ in shown if r.event_id not in unseen])
         now = now_ms()
+        bodies = self._bodies
+        # Rows read without their JSON (``raw`` empty: a read that expects most bodies to be kept) get
+        # it here, in one query, where it is needed: a redacted event, or a body not kept.
+        unread = [r.event_id for r, _ in shown if not r.raw and (r.redacted_by or (r.event_id,) not in bodies)]
+        raws: dict[str, bytes] = {}
+        if unread:
+            raws = {str(e): bytes(j) for e, j in await fetch_binary(conn, _JSON, {"ids": unread})}
         out: list[bytes] = []
         for row, membership in shown:
             unsigned: dict[str, Any] = {} if membership is None else {"membership": membership}
             unsigned.update(replaced.get(row.event_id, ()))
-            version = await self.room_version(conn, row.room_id)
-            raw = row.raw
             if row.redacted_by:
-                raw = pruned_json(raw, version)
+                version = await self.room_version(conn, row.room_id)
                 unsigned["redacted_because"] = because[row.redacted_by]
-            out.append(client_event(raw, row.event_id, unsigned, redacts=_moved_redacts(row, version), now=now))
+                raw = pruned_json(row.raw or raws[row.event_id], version)
+                out.append(client_event(raw, row.event_id, unsigned, redacts=_moved_redacts(row, version), now=now))
+                continue
+            body: ClientBody | None = bodies.get((row.event_id,))
+            if body is None:
+                moved = _moved_redacts(row, await self.room_version(conn, row.room_id)) if row.redacts else None
+                body = client_body(row.raw or raws[row.event_id], row.event_id, redacts=moved)
+                bodies.set((row.event_id,), body)
+            out.append(body.served(unsigned, now))
         return out
 
     async def _redactions(self, conn: AsyncConnection[Any], user: str, event_ids: Sequence[str]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -26,7 +27,16 @@ import msgspec
 from factstream_events.canonical import parse_event_json
 from factstream_events.prune import prune_event
 
-__all__ = ["CLIENT_DROPPED", "REDACTED_MARKER", "client_event", "federation_event", "now_ms", "pruned_json"]
+__all__ = [
+    "CLIENT_DROPPED",
+    "REDACTED_MARKER",
+    "ClientBody",
+    "client_body",
+    "client_event",
+    "federation_event",
+    "now_ms",
+    "pruned_json",
+]
 
 #: Top-level keys of the federation format that the client format drops.
 CLIENT_DROPPED = frozenset({"auth_events", "prev_events", "hashes", "signatures", "depth", "origin", "prev_state"})
@@ -51,20 +61,30 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def client_event(
-    raw: bytes,
-    event_id: str,
-    unsigned: dict[str, Any] | None,
-    *,
-    redacts: str | None = None,
-    now: int | None = None,
-) -> bytes:
-    """The stored event ``raw`` (a JSON object) in the client format (module docstring).
+@dataclass(frozen=True, slots=True)
+class ClientBody:
+    """An event in the client format up to its ``unsigned``: everything of it that is the same for every
+    reader and every moment (``head``: the JSON object's bytes without its closing brace) and the event's
+    ``origin_server_ts`` (``ts``: None when it is not an integer), which ``unsigned.age`` is counted from.
+    It depends on the stored bytes alone, so it can be kept for as long as the event is not redacted."""
+
+    head: bytes
+    ts: int | None
+
+    def served(self, unsigned: dict[str, Any] | None, now: int | None = None) -> bytes:
+        """The event as served: ``unsigned`` (None: none) with ``age`` when ``now`` is given."""
+        if unsigned is None:
+            return self.head + b"}"
+        if now is not None and self.ts is not None:
+            unsigned = {**unsigned, "age": now - self.ts}
+        return self.head + b',"unsigned":' + _encode(unsigned) + b"}"
+
+
+def client_body(raw: bytes, event_id: str, *, redacts: str | None = None) -> ClientBody:
+    """The stored event ``raw`` (a JSON object) in the client format, less ``unsigned`` (module docstring).
 
     ``redacts``: the target to set as the top-level ``redacts`` (a version 11 redaction; None: the stored
-    top-level ``redacts``, if any, stays). ``unsigned``: the object to serve (None: no ``unsigned``);
-    with ``now``, ``unsigned.age`` is added: ``now`` less the event's ``origin_server_ts`` (when that is
-    an integer).
+    top-level ``redacts``, if any, stays).
     """
     fields = _top_level.decode(raw)
     parts: list[Any] = []  # bytes, and the stored values (msgspec.Raw, a buffer of the stored bytes)
@@ -75,21 +95,32 @@ def client_event(
     parts += (b'"event_id":', _encode(event_id))
     if redacts is not None:
         parts += (b',"redacts":', _encode(redacts))
-    if unsigned is not None:
-        if now is not None and (age := _age(fields.get("origin_server_ts"), now)) is not None:
-            unsigned = {**unsigned, "age": age}
-        parts += (b',"unsigned":', _encode(unsigned))
-    return b"{" + b"".join(parts) + b"}"
+    return ClientBody(b"{" + b"".join(parts), _timestamp(fields.get("origin_server_ts")))
 
 
-def _age(origin_server_ts: msgspec.Raw | None, now: int) -> int | None:
+def client_event(
+    raw: bytes,
+    event_id: str,
+    unsigned: dict[str, Any] | None,
+    *,
+    redacts: str | None = None,
+    now: int | None = None,
+) -> bytes:
+    """The stored event ``raw`` (a JSON object) in the client format (module docstring): :func:`client_body`
+    with ``unsigned`` (None: no ``unsigned``); with ``now``, ``unsigned.age`` is added: ``now`` less the
+    event's ``origin_server_ts`` (when that is an integer).
+    """
+    return client_body(raw, event_id, redacts=redacts).served(unsigned, now)
+
+
+def _timestamp(origin_server_ts: msgspec.Raw | None) -> int | None:
+    """The stored ``origin_server_ts`` (None: none, or not an integer: a remote event may carry anything)."""
     if origin_server_ts is None:
         return None
     try:
-        ts = _int.decode(bytes(origin_server_ts))
-    except msgspec.DecodeError:  # not an integer (a remote event may carry anything there)
+        return int(_int.decode(bytes(origin_server_ts)))
+    except msgspec.DecodeError:
         return None
-    return now - ts
 
 
 def pruned_json(raw: bytes, room_version: str) -> bytes:

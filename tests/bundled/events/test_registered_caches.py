@@ -26,6 +26,7 @@ async def test_the_caches_of_immutable_facts_are_in_host_caches_and_on_metrics(m
         "events_member_at_group",
         "events_state_contents",
         "events_room_creators",
+        "events_client_bodies",
     }
     assert set(IMMUTABLE) <= set(main.api.caches.names())
     metrics = (await host_cluster.client(main).get("/metrics")).text

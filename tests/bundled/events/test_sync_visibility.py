@@ -134,3 +134,21 @@ async def test_state_from_before_a_join_under_joined_visibility_is_in_state_not_
     assert [e["content"] for e in joined["state"]["events"] if e["type"] == "m.room.topic"] == [
         {"topic": "set before bob came"}
     ]
+
+
+async def test_the_state_section_tells_nothing_of_what_a_state_event_replaced(main: Host, client: Clients) -> None:
+    """A ``joined`` room renamed before bob joined: the name in bob's ``state`` carries no ``prev_content``
+    (the earlier name is in no state bob could read), in an initial sync and in the sync of his join."""
+    store = store_of(main)
+    room = await store.create_room(ALICE, preset="public_chat", history_visibility="joined", name="secret name")
+    await store.send(room, ALICE, "m.room.name", {"name": "public name"}, state_key="")
+    async with client(BOB) as bob:
+        before = (await bob.get("/sync")).json()["next_batch"]
+        await store.change_membership(room, BOB, BOB, "join")
+        for since in (None, before):
+            params = {"filter": FILTER} | ({"since": since} if since else {})
+            body = (await bob.get("/sync", params=params)).json()
+            state = body["rooms"]["join"][room]["state"]["events"]
+            [name] = [e for e in state if e["type"] == "m.room.name"]
+            assert name["content"] == {"name": "public name"}
+            assert "secret name" not in json.dumps(body), since
