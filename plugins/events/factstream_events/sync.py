@@ -28,7 +28,7 @@ of any of them wakes the user's long poll, and a member event wakes its target.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -233,6 +233,10 @@ class _Room:
     rows: list[Row] | None = None  # the timeline's rows, oldest first
     limited: bool = False
     prev_batch: str | None = None
+    # a "leave" room: the user's later leaves and bans in the range, shown after the timeline (which
+    # ends where their presence did), and an invite that followed, shown under "invite" too
+    later: list[Row] = field(default_factory=list)
+    invited_again: Row | None = None
 
 
 class RoomSync:
@@ -376,6 +380,10 @@ class RoomSync:
                 if room.prev_batch is not None:
                     body["timeline"]["prev_batch"] = room.prev_batch
             out.setdefault(room.section, {})[room.room_id] = body
+            if room.invited_again is not None:
+                again = _Room(room.room_id, "invite", room.invited_again.stream, member_event=room.invited_again)
+                invite_state = await self._invite_state(conn, user, again)
+                out.setdefault("invite", {})[room.room_id] = {"invite_state": {"events": invite_state}}
         return out
 
     async def _timelines(
@@ -389,8 +397,9 @@ class RoomSync:
             kept = [r for r in room.rows or () if room_filter.timeline.allows(r.type)]
             if _never_joined(room) and room.member_event is not None:
                 kept = [room.member_event]  # a rejected invite or withdrawn knock: the leave alone
-            rows += kept
+            rows += kept + room.later
         own = {room.member_event.event_id for room in rooms if room.member_event is not None}
+        own.update(row.event_id for room in rooms for row in room.later)
         # the user was in every room here up to its cap: nobody reads a timeline as a stranger
         peeking = dict.fromkeys((room.room_id for room in rooms), False)
         shown = await self.reads.visible(conn, user, [r for r in rows if r.event_id not in own], is_peeking=peeking)
@@ -525,8 +534,15 @@ def _apply_change(plan: dict[str, _Room], change: Row, upto: int) -> None:
         else:  # joined again: the room's whole state, its timeline from the range's start
             room.full_state, room.member_event = True, change
     elif change.membership == "invite":
-        plan[change.room_id] = _Room(change.room_id, "invite", change.stream, member_event=change)
+        if room is not None and room.section == "leave":  # left, then invited again: both sections
+            room.invited_again = change
+        else:
+            plan[change.room_id] = _Room(change.room_id, "invite", change.stream, member_event=change)
     elif change.membership in ("leave", "ban"):
+        if room is not None and room.section == "leave":  # kicked then banned, a new invite rejected...
+            room.later.append(change)
+            room.invited_again = None
+            return
         was_in = room is not None and room.section == "join"
         joined_before = change.prev_membership == "join"
         section = _Room(change.room_id, "leave", change.stream, member_event=change)

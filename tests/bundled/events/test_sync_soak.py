@@ -135,7 +135,11 @@ class Client(threading.Thread):
     errors: int = 0
     #: Set by the thread after each response: the events position of its ``next_batch``.
     position: int = 0
-    empty_at: int = -1  # the last position at which a response came back with no rooms
+    #: When the last request that came back with no rooms was sent (``time.monotonic()``).
+    empty_since: float = 0.0
+    sent_at: float = 0.0
+    #: Per response: (since's events position, next_batch's, worker1's start count, {room: [section, IDs]}).
+    log: list[tuple[int, int, int, dict[str, Any]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         threading.Thread.__init__(self, name=f"sync-{self.user}", daemon=True)
@@ -151,6 +155,7 @@ class Client(threading.Thread):
         params = {"timeout": str(timeout_ms), "filter": ROOM_FILTER}
         if self.since:
             params["since"] = self.since
+        self.sent_at = time.monotonic()
         try:
             response = http.get("/sync", params=params)
         except httpx.HTTPError:
@@ -164,6 +169,13 @@ class Client(threading.Thread):
 
     def take(self, body: dict[str, Any]) -> None:
         rooms = body.get("rooms", {})
+        before = events_position(self.since) if self.since else 0
+        seen = {
+            r: [s, [e["event_id"] for e in v.get("timeline", {}).get("events", [])]]
+            for s in ("leave", "join", "invite")
+            for r, v in rooms.get(s, {}).items()
+        }
+        self.log.append((before, events_position(body["next_batch"]), self.d.cluster.processes["worker1"].starts, seen))
         for section in ("leave", "join", "invite"):  # a room both left and invited again ends invited
             for room_id, room in rooms.get(section, {}).items():
                 self.sections[room_id] = section
@@ -177,7 +189,7 @@ class Client(threading.Thread):
         self.responses += 1
         self.position = events_position(self.since)
         if not rooms:
-            self.empty_at = self.position
+            self.empty_since = self.sent_at
 
     def run(self) -> None:
         with self.d.client("worker1", self.user, timeout=10) as http:
@@ -321,17 +333,18 @@ def run_soak(d: Deployment, soak: Soak) -> None:
             restarter.join(60)
     last = max(int(r[0]) for r in d.fetch("SELECT max(stream_ordering) FROM events"))
 
-    def drained() -> bool:  # every client has synced past the last event and then heard nothing new
-        return all(c.empty_at >= last for c in clients.values())
+    caught_up = wait_until(
+        lambda: worker_reached(d, users[0], last),
+        30,
+        "worker1 to reach the last event",
+        detail=lambda: f"\nlast event at {last}; fresh tokens: main {fresh_token(d, 'main', users[0])}, "
+        f"worker1 {fresh_token(d, 'worker1', users[0])}" + d.cluster.logs(),
+    )
 
-    def detail() -> str:
-        fresh = {}
-        for name in ("main", "worker1"):
-            with d.client(name, users[0]) as http:
-                fresh[name] = http.get("/sync", params={"timeout": "0"}).json().get("next_batch")
-        return f"\nlast event at {last}; fresh tokens {fresh}" + summary(clients) + d.cluster.logs()
+    def drained() -> bool:  # every client has asked since worker1 has the last event, and heard nothing new
+        return all(c.empty_since > caught_up for c in clients.values())
 
-    wait_until(drained, 30, "every client to drain", detail=detail)
+    wait_until(drained, 30, "every client to drain", detail=lambda: summary(clients) + d.cluster.logs())
     stop_clients.set()
     for client in clients.values():
         client.join(15)
@@ -346,14 +359,31 @@ def run_soak(d: Deployment, soak: Soak) -> None:
         f"{sum(len(c.received) for c in clients.values())} timeline events received, "
         f"{sum(len(r) for x in oracle.values() for r in x.required.values())} required"
     )
-    assert len(restarted) >= max(1, int(soak.seconds // 5)), restarted
     problems = [p for u in users for p in check_client(clients[u], oracle[u], events)]
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:40])
+    # a restart takes about 5 s on a busy 2-core machine, then worker1 runs 2 to 4 s
+    assert len(restarted) >= max(1, int(soak.seconds // 9)), restarted
+
+
+def fresh_token(d: Deployment, name: str, user: str) -> str:
+    """The ``next_batch`` of a fresh initial sync of ``user`` on ``name`` (or why there is none)."""
+    try:
+        with d.client(name, user) as http:
+            response = http.get("/sync", params={"timeout": "0", "filter": json.dumps({"room": {"timeline": {"limit": 1}}})})
+    except httpx.HTTPError as exc:
+        return repr(exc)
+    return str(response.json()["next_batch"]) if response.status_code == 200 else f"{response.status_code} {response.text}"
+
+
+def worker_reached(d: Deployment, user: str, last: int) -> float | None:
+    """When worker1's token (a fresh initial sync's) has reached the events position ``last``."""
+    token = fresh_token(d, "worker1", user)
+    return time.monotonic() if token[:1].isdigit() and events_position(token) >= last else None
 
 
 def summary(clients: dict[str, Client]) -> str:
     return "\n" + "\n".join(
-        f"{c.user}: position {c.position}, empty at {c.empty_at}, {c.responses} responses, {c.errors} errors"
+        f"{c.user}: position {c.position}, {c.responses} responses, {c.errors} errors"
         for c in clients.values()
     )
 
@@ -364,6 +394,7 @@ def check_client(client: Client, expect: Expectation, events: list[Any]) -> Iter
     where = {e.event_id: e for e in events}
     yield from (f"{user}: limited timeline {x}" for x in client.limited)
     by_room: dict[str, list[str]] = {}
+    missing_any = False
     for room_id, event_id in client.received:
         by_room.setdefault(room_id, []).append(event_id)
     for room_id in sorted(set(by_room) | set(expect.required)):
@@ -376,6 +407,7 @@ def check_client(client: Client, expect: Expectation, events: list[Any]) -> Iter
         if streams != sorted(streams):
             yield f"{user} in {room_id}: out of stream order {streams}"
         missing = [e for e in required if e not in set(got)]
+        missing_any = missing_any or bool(missing)
         if missing:
             yield f"{user} in {room_id}: missing {len(missing)} of {len(required)}: " + ", ".join(
                 f"{e} ({where[e].type} {where[e].state_key} @{where[e].stream})" for e in missing[:5]
@@ -385,6 +417,11 @@ def check_client(client: Client, expect: Expectation, events: list[Any]) -> Iter
             yield f"{user} in {room_id}: {len(extra)} events not to be seen: " + ", ".join(
                 f"{e} ({where[e].type} @{where[e].stream})" if e in where else e for e in extra[:5]
             )
+    if missing_any:
+        yield f"{user}'s responses (since, next, worker1 start, rooms):\n" + "\n".join(
+            f"  {a} -> {b} #{n} " + json.dumps({r[:6]: [v[0], [where[e].stream if e in where else e for e in v[1]]] for r, v in rooms.items()})
+            for a, b, n, rooms in client.log
+        )
     for room_id, membership in expect.final.items():
         section = {"join": "join", "invite": "invite"}.get(membership, "leave")
         if client.sections.get(room_id) != section:
