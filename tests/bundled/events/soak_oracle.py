@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 MEMBER = "m.room.member"
 HISTORY_VISIBILITY = "m.room.history_visibility"
@@ -137,18 +138,18 @@ def replay(events: Sequence[StoredEvent], users: Iterable[str], since: Mapping[s
     return out
 
 
-def stored_events(rows: Iterable[tuple[object, ...]]) -> list[StoredEvent]:
+def stored_events(rows: Iterable[tuple[Any, ...]]) -> list[StoredEvent]:
     """:class:`StoredEvent` values from rows of :data:`EVENTS_SQL`."""
     out = []
     for event_id, room_id, stream, depth, event_type, state_key, sender, redacts, raw in rows:
-        body = json.loads(bytes(raw))  # type: ignore[arg-type]
+        body = json.loads(bytes(raw))
         content = body.get("content")
         out.append(
             StoredEvent(
                 str(event_id),
                 str(room_id),
-                int(stream),  # type: ignore[call-overload]
-                int(depth),  # type: ignore[call-overload]
+                int(stream),
+                int(depth),
                 str(event_type),
                 None if state_key is None else str(state_key),
                 str(sender),

@@ -41,7 +41,7 @@ import pytest
 
 from factstream.db.engine import libpq_url
 from factstream.testing import ProcessCluster, free_port, wait_until
-from tests.bundled.events.soak_oracle import EVENTS_SQL, Expectation, replay, stored_events
+from tests.bundled.events.soak_oracle import EVENTS_SQL, Expectation, StoredEvent, replay, stored_events
 
 pytestmark = pytest.mark.slow
 
@@ -260,7 +260,9 @@ class Driver:
         )[0]
         path = f"/rooms/{room}"
         if kind == "message":
-            event = self.call(kind, user, "PUT", f"{path}/send/m.room.message/{txn}", {"msgtype": "m.text", "body": txn})
+            event = self.call(
+                kind, user, "PUT", f"{path}/send/m.room.message/{txn}", {"msgtype": "m.text", "body": txn}
+            )
             if event is not None:
                 self.sent[room].append((event, user))
         elif kind in ("join", "leave"):
@@ -337,8 +339,7 @@ def run_soak(d: Deployment, soak: Soak) -> None:
         lambda: worker_reached(d, users[0], last),
         30,
         "worker1 to reach the last event",
-        detail=lambda: f"\nlast event at {last}; fresh tokens: main {fresh_token(d, 'main', users[0])}, "
-        f"worker1 {fresh_token(d, 'worker1', users[0])}" + d.cluster.logs(),
+        detail=lambda: stuck(d, driver),
     )
 
     def drained() -> bool:  # every client has asked since worker1 has the last event, and heard nothing new
@@ -369,10 +370,14 @@ def fresh_token(d: Deployment, name: str, user: str) -> str:
     """The ``next_batch`` of a fresh initial sync of ``user`` on ``name`` (or why there is none)."""
     try:
         with d.client(name, user) as http:
-            response = http.get("/sync", params={"timeout": "0", "filter": json.dumps({"room": {"timeline": {"limit": 1}}})})
+            response = http.get(
+                "/sync", params={"timeout": "0", "filter": json.dumps({"room": {"timeline": {"limit": 1}}})}
+            )
     except httpx.HTTPError as exc:
         return repr(exc)
-    return str(response.json()["next_batch"]) if response.status_code == 200 else f"{response.status_code} {response.text}"
+    return (
+        str(response.json()["next_batch"]) if response.status_code == 200 else f"{response.status_code} {response.text}"
+    )
 
 
 def worker_reached(d: Deployment, user: str, last: int) -> float | None:
@@ -381,22 +386,32 @@ def worker_reached(d: Deployment, user: str, last: int) -> float | None:
     return time.monotonic() if token[:1].isdigit() and events_position(token) >= last else None
 
 
+def stuck(d: Deployment, driver: Driver) -> str:
+    """Why worker1 has not reached the last event: the tokens, and whether one more event moves it."""
+    user = driver.users[0]
+    before = f"fresh tokens: main {fresh_token(d, 'main', user)}, worker1 {fresh_token(d, 'worker1', user)}"
+    with d.client("main", user) as http:
+        nudge = http.put(f"/rooms/{driver.rooms[0]}/send/m.room.message/nudge", json={"body": "nudge"})
+    time.sleep(3)
+    after = f"worker1 {fresh_token(d, 'worker1', user)} 3 s after one more event ({nudge.status_code})"
+    return f"\n{before}; {after}" + d.cluster.logs()
+
+
 def summary(clients: dict[str, Client]) -> str:
     return "\n" + "\n".join(
-        f"{c.user}: position {c.position}, {c.responses} responses, {c.errors} errors"
-        for c in clients.values()
+        f"{c.user}: position {c.position}, {c.responses} responses, {c.errors} errors" for c in clients.values()
     )
 
 
-def check_client(client: Client, expect: Expectation, events: list[Any]) -> Iterator[str]:
+def check_client(client: Client, expect: Expectation, events: list[StoredEvent]) -> Iterator[str]:
     """Every way ``client``'s timelines differ from the oracle's rule (soak_oracle.py)."""
     user = client.user
     where = {e.event_id: e for e in events}
     yield from (f"{user}: limited timeline {x}" for x in client.limited)
     by_room: dict[str, list[str]] = {}
-    missing_any = False
     for room_id, event_id in client.received:
         by_room.setdefault(room_id, []).append(event_id)
+    missing_any = False
     for room_id in sorted(set(by_room) | set(expect.required)):
         got = by_room.get(room_id, [])
         required = expect.required.get(room_id, [])
@@ -407,35 +422,42 @@ def check_client(client: Client, expect: Expectation, events: list[Any]) -> Iter
         if streams != sorted(streams):
             yield f"{user} in {room_id}: out of stream order {streams}"
         missing = [e for e in required if e not in set(got)]
-        missing_any = missing_any or bool(missing)
         if missing:
-            yield f"{user} in {room_id}: missing {len(missing)} of {len(required)}: " + ", ".join(
-                f"{e} ({where[e].type} {where[e].state_key} @{where[e].stream})" for e in missing[:5]
-            )
+            missing_any = True
+            shown = ", ".join(f"{e} ({where[e].type} {where[e].state_key} @{where[e].stream})" for e in missing[:5])
+            yield f"{user} in {room_id}: missing {len(missing)} of {len(required)}: {shown}"
         extra = [e for e in got if e not in allowed]
         if extra:
-            yield f"{user} in {room_id}: {len(extra)} events not to be seen: " + ", ".join(
-                f"{e} ({where[e].type} @{where[e].stream})" if e in where else e for e in extra[:5]
-            )
+            shown = ", ".join(f"{e} ({where[e].type} @{where[e].stream})" if e in where else e for e in extra[:5])
+            yield f"{user} in {room_id}: {len(extra)} events not to be seen: {shown}"
     if missing_any:
-        yield f"{user}'s responses (since, next, worker1 start, rooms):\n" + "\n".join(
-            f"  {a} -> {b} #{n} " + json.dumps({r[:6]: [v[0], [where[e].stream if e in where else e for e in v[1]]] for r, v in rooms.items()})
-            for a, b, n, rooms in client.log
-        )
+        yield response_log(client, where)
     for room_id, membership in expect.final.items():
         section = {"join": "join", "invite": "invite"}.get(membership, "leave")
         if client.sections.get(room_id) != section:
             yield f"{user} in {room_id}: last seen as {client.sections.get(room_id)}, is {membership}"
 
 
-def test_sync_soak_rooms_through_a_restarting_worker_match_the_oracle(process_cluster, transport) -> None:
+def response_log(client: Client, where: dict[str, StoredEvent]) -> str:
+    """The client's responses, one a line: the events positions of the range, worker1's start count, and
+    each room's section with the stream positions of its timeline."""
+    lines = []
+    for since, upto, start, rooms in client.log:
+        shown = {r[:6]: [v[0], [where[e].stream if e in where else e for e in v[1]]] for r, v in rooms.items()}
+        lines.append(f"  {since} -> {upto} #{start} {json.dumps(shown)}")
+    return f"{client.user}'s responses (since, next, worker1 start, rooms):\n" + "\n".join(lines)
+
+
+def test_sync_soak_rooms_through_a_restarting_worker_match_the_oracle(
+    process_cluster: ProcessCluster, transport: str | None
+) -> None:
     users = [user_id(n) for n in range(12)]
     d = Deployment(process_cluster, users, transport)
     run_soak(d, Soak(users=12, rooms=5, seconds=float(os.environ.get("FACTSTREAM_SOAK_SECONDS", "15")), seed=32))
 
 
 @pytest.mark.skipif(not LONG_SOAK, reason="the long soak runs with FACTSTREAM_LONG_SOAK=1")
-def test_long_sync_soak_of_fifty_users_in_twenty_rooms_matches_the_oracle(process_cluster) -> None:
+def test_long_sync_soak_of_fifty_users_in_twenty_rooms_matches_the_oracle(process_cluster: ProcessCluster) -> None:
     users = [user_id(n) for n in range(50)]
     d = Deployment(process_cluster, users, None)
     run_soak(d, Soak(users=50, rooms=20, seconds=60.0, seed=3232))
