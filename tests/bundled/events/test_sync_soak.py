@@ -361,7 +361,14 @@ def run_soak(d: Deployment, soak: Soak) -> None:
         f"{sum(len(r) for x in oracle.values() for r in x.required.values())} required"
     )
     problems = [p for u in users for p in check_client(clients[u], oracle[u], events)]
-    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:40])
+    if problems:  # the users' membership events, as stored, for the diagnosis
+        rows = d.fetch(
+            "SELECT state_key, room_id, stream_ordering, membership, prev_membership, sender FROM events"
+            " WHERE type = 'm.room.member' ORDER BY stream_ordering"
+        )
+        named = {p.split(" ")[0] for p in problems}
+        problems += [f"stored: {r}" for r in rows if r[0] in named]
+    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:200])
     # a restart takes about 5 s on a busy 2-core machine, then worker1 runs 2 to 4 s
     assert len(restarted) >= max(1, int(soak.seconds // 9)), restarted
 
@@ -461,3 +468,36 @@ def test_long_sync_soak_of_fifty_users_in_twenty_rooms_matches_the_oracle(proces
     users = [user_id(n) for n in range(50)]
     d = Deployment(process_cluster, users, None)
     run_soak(d, Soak(users=50, rooms=20, seconds=60.0, seed=3232))
+
+
+# -- the oracle itself -------------------------------------------------------------------------------------
+
+
+def _event(n: int, event_type: str, sender: str, state_key: str | None = None, **content: Any) -> StoredEvent:
+    return StoredEvent(f"$e{n}", "!r:hs", n, n, event_type, state_key, sender, content)
+
+
+def test_the_oracle_requires_what_a_member_saw_and_allows_only_visible_history_before_a_join() -> None:
+    alice, bob = user_id(0), user_id(1)
+    member, message, hv = "m.room.member", "m.room.message", "m.room.history_visibility"
+    events = [
+        _event(1, "m.room.create", alice, ""),
+        _event(2, member, alice, alice, membership="join"),
+        _event(3, message, alice),  # shared: bob may see it once he joins
+        _event(4, hv, alice, "", history_visibility="joined"),  # judged as shared (the less restrictive)
+        _event(5, message, alice),  # joined: never bob's
+        _event(6, member, bob, bob, membership="join"),
+        _event(7, message, alice),
+        _event(8, member, alice, bob, membership="ban"),  # ends bob's presence: his to receive
+        _event(9, message, alice),
+        _event(10, member, alice, bob, membership="leave"),  # an unban: his own, allowed
+        StoredEvent("$e11", "!r:hs", 11, 11, "m.room.redaction", None, alice, {}, redacts="$nowhere"),
+    ]
+    expect = replay(events, [alice, bob], {alice: 0, bob: 0})
+    assert expect[bob].required == {"!r:hs": ["$e6", "$e7", "$e8"]}
+    assert expect[bob].optional == {"!r:hs": {"$e1", "$e2", "$e3", "$e4", "$e10"}}
+    assert expect[bob].final == {"!r:hs": "leave"}
+    assert expect[alice].required == {"!r:hs": [f"$e{n}" for n in range(2, 11)]}, "a redaction of nothing is hidden"
+    assert expect[alice].optional == {"!r:hs": {"$e1"}}, "the create event precedes her join"
+    later = replay(events, [bob], {bob: 6})
+    assert later[bob].required == {"!r:hs": ["$e7", "$e8"]} and later[bob].optional == {"!r:hs": {"$e10"}}
