@@ -263,6 +263,10 @@ class RoomSync:
         if request.initial:
             return await self.initial(request.user, upto, room_filter)
         joined = [r.room_id for r in mine if r.membership == "join"]
+        if self.timeline.members.has_changed_since(request.user, upto):
+            # this process already holds membership changes of the user beyond the range (the
+            # notifier's token lags the rows): the rooms they were in at its end, not now
+            joined = await self._joined_at(request.user, upto)
         member_changed = self.timeline.members.has_changed_since(request.user, after)
         changed = self.timeline.rooms.changed_since(joined, after)
         rooms = set(joined) if changed is None else changed
@@ -271,6 +275,12 @@ class RoomSync:
             return {}
         self.read_database += 1
         return await self.incremental(request.user, after, upto, room_filter, rooms, member_changed)
+
+    async def _joined_at(self, user: str, upto: int) -> list[str]:
+        """The rooms ``user`` was joined to at stream position ``upto``."""
+        async with self.host.database().autocommit() as conn:
+            rows = map(row_of, await fetch_binary(conn, _MEMBERSHIPS_AT, {"user": user, "upto": upto}))
+            return [row.room_id for row in rows if row.membership == "join"]
 
     # -- incremental -------------------------------------------------------------------------------
 
