@@ -9,7 +9,10 @@ The events stream is a synced stream (``sync_key`` ``room_key``, a room token) w
   ``since`` (``limited`` when more were there, or when one of them follows a gap in the stored
   history), the state changes the timeline skipped, and a ``prev_batch`` to page back with
   ``/messages``. A room the user joined in the range gets its whole state; a room they left, were
-  kicked or banned from gets its timeline up to that event.
+  kicked or banned from gets its timeline up to that event (then their later leaves and bans of the
+  range), and also shows under ``invite`` when they were invited again before the range's end. The
+  rooms read are those the user was in at the range's end, which the process may already have
+  passed.
 * **initial** (no ``since``), in topological order: every room the user is in at the token, with the
   state at the end of its timeline and its newest ``limit`` events; invites with their stripped state;
   rooms left, with ``include_leave``. Every room's events, state and formatting are read together, in
