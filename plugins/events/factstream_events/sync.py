@@ -9,7 +9,10 @@ The events stream is a synced stream (``sync_key`` ``room_key``, a room token) w
   ``since`` (``limited`` when more were there, or when one of them follows a gap in the stored
   history), the state changes the timeline skipped, and a ``prev_batch`` to page back with
   ``/messages``. A room the user joined in the range gets its whole state; a room they left, were
-  kicked or banned from gets its timeline up to that event.
+  kicked or banned from gets its timeline up to that event (then their later leaves and bans of the
+  range), and also shows under ``invite`` when they were invited again before the range's end. The
+  rooms read are those the user was in at the range's end, which the process may already have
+  passed.
 * **initial** (no ``since``), in topological order: every room the user is in at the token, with the
   state at the end of its timeline and its newest ``limit`` events; invites with their stripped state;
   rooms left, with ``include_leave``. Every room's events, state and formatting are read together, in
@@ -248,6 +251,10 @@ class _Room:
     limited: bool = False
     prev_batch: str | None = None
     shown: list[Row] = field(default_factory=list)  # the timeline's rows the user sees, oldest first
+    # a "leave" room: the user's later leaves and bans in the range, shown after the timeline (which
+    # ends where their presence did), and an invite that followed, shown under "invite" too
+    later: list[Row] = field(default_factory=list)
+    invited_again: Row | None = None
 
 
 class RoomSync:
@@ -273,12 +280,12 @@ class RoomSync:
             return {}
         if request.initial:
             return await self.initial(request.user, upto, room_filter)
-        member_changed = self.timeline.members.has_changed_since(request.user, after)
-        if member_changed:
-            # the user's rooms now may differ from their rooms at ``upto`` (a join or leave since)
+        joined = [r.room_id for r in mine if r.membership == "join"]
+        if self.timeline.members.has_changed_since(request.user, upto):
+            # this process already holds membership changes of the user beyond the range (a leave or
+            # join written while the request ran): the rooms they were in at its end, not now
             joined = await self._joined_at(request.user, upto)
-        else:
-            joined = [r.room_id for r in mine if r.membership == "join"]
+        member_changed = self.timeline.members.has_changed_since(request.user, after)
         changed = self.timeline.rooms.changed_since(joined, after)
         rooms = set(joined) if changed is None else changed
         if not member_changed and not rooms:
@@ -397,6 +404,10 @@ class RoomSync:
                 if room.prev_batch is not None:
                     body["timeline"]["prev_batch"] = room.prev_batch
             out.setdefault(room.section, {})[room.room_id] = body
+            if room.invited_again is not None:
+                again = _Room(room.room_id, "invite", room.invited_again.stream, member_event=room.invited_again)
+                invite_state = await self._invite_state(conn, user, again)
+                out.setdefault("invite", {})[room.room_id] = {"invite_state": {"events": invite_state}}
         return out
 
     async def _timelines(
@@ -410,8 +421,9 @@ class RoomSync:
             kept = [r for r in room.rows or () if room_filter.timeline.allows(r.type)]
             if _never_joined(room) and room.member_event is not None:
                 kept = [room.member_event]  # a rejected invite or withdrawn knock: the leave alone
-            rows += kept
+            rows += kept + room.later
         own = {room.member_event.event_id for room in rooms if room.member_event is not None}
+        own.update(row.event_id for room in rooms for row in room.later)
         # the user was in every room here up to its cap: nobody reads a timeline as a stranger
         peeking = dict.fromkeys((room.room_id for room in rooms), False)
         shown = await self.reads.visible(conn, user, [r for r in rows if r.event_id not in own], is_peeking=peeking)
@@ -552,8 +564,15 @@ def _apply_change(plan: dict[str, _Room], change: Row, upto: int) -> None:
         else:  # joined again: the room's whole state, its timeline from the range's start
             room.full_state, room.member_event = True, change
     elif change.membership == "invite":
-        plan[change.room_id] = _Room(change.room_id, "invite", change.stream, member_event=change)
+        if room is not None and room.section == "leave":  # left, then invited again: both sections
+            room.invited_again = change
+        else:
+            plan[change.room_id] = _Room(change.room_id, "invite", change.stream, member_event=change)
     elif change.membership in ("leave", "ban"):
+        if room is not None and room.section == "leave":  # kicked then banned, a new invite rejected...
+            room.later.append(change)
+            room.invited_again = None
+            return
         was_in = room is not None and room.section == "join"
         joined_before = change.prev_membership == "join"
         section = _Room(change.room_id, "leave", change.stream, member_event=change)
