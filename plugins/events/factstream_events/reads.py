@@ -44,7 +44,7 @@ from factstream_events.statemath import StateMap, nest
 from factstream_events.statestore import StateStore
 from factstream_events.tokens import RoomToken, TokenError, next_token, order_by, pagination_bounds
 from factstream_events.validate import MEMBER, NEVER_SHOWN, REDACTION
-from factstream_events.visibility import EventFacts, Verdict, check_event
+from factstream_events.visibility import Verdict, check_event
 
 MAX_PAGE = 1_000
 DEFAULT_PAGE = 10
@@ -133,13 +133,6 @@ def _moved_redacts(row: Row, room_version: str) -> str | None:
     if row.type != REDACTION or row.redacts is None or not room_version.isdigit() or int(room_version) < 11:
         return None
     return row.redacts
-
-
-def _facts(row: Row) -> EventFacts:
-    """What the visibility rules need of ``row`` (``factstream_events.visibility``)."""
-    return EventFacts(
-        row.type, row.state_key, row.sender, row.outlier, row.visibility, row.membership, row.prev_membership
-    )
 
 
 def _peeking(mine: tuple[str, int, int, str] | None) -> bool:
@@ -292,7 +285,7 @@ class Reads:
         peeking = dict(is_peeking or {})
         for room_id in {r.room_id for r in rows} - peeking.keys():
             peeking[room_id] = _peeking(await self.current_membership(conn, room_id, user))
-        facts = [_facts(r) for r in rows]
+        facts = rows  # a row has every field the rules read (``visibility.EventLike``)
         verdicts: list[Verdict | None] = [None] * len(rows)
         if not annotate:  # what the rules show whatever the user's membership at the event
             for i, (row, fact) in enumerate(zip(rows, facts, strict=True)):

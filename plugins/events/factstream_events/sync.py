@@ -139,6 +139,8 @@ class TypeFilter:
     not_types: tuple[str, ...] = ()
 
     def allows(self, event_type: str) -> bool:
+        if self.types is None and not self.not_types:
+            return True
         if any(_matches(p, event_type) for p in self.not_types):
             return False
         return self.types is None or any(_matches(p, event_type) for p in self.types)

@@ -38,13 +38,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, TypeGuard
+from typing import Final, Literal, Protocol, TypeGuard
 
 __all__ = [
     "HISTORY_VISIBILITY_EVENT_TYPE",
     "MEMBERSHIP_PRIORITY",
     "VISIBILITY_PRIORITY",
     "EventFacts",
+    "EventLike",
     "HistoryVisibility",
     "Verdict",
     "check_event",
@@ -149,6 +150,26 @@ class EventFacts:
     prev_membership: str | None = None
 
 
+class EventLike(Protocol):
+    """Anything with :class:`EventFacts`' fields: the rules read no more (a stored row of the reads
+    has them all, so it is judged as it is, without a copy)."""
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def state_key(self) -> str | None: ...
+    @property
+    def sender(self) -> str: ...
+    @property
+    def outlier(self) -> bool: ...
+    @property
+    def visibility(self) -> HistoryVisibility: ...
+    @property
+    def membership(self) -> str | None: ...
+    @property
+    def prev_membership(self) -> str | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """The decision for one user and one event.
@@ -171,7 +192,7 @@ def _ranked_membership(membership: str | None) -> str:
 # Long on purpose: the six rules, in the reference's order, in one place; half of it is their statement.
 def check_event(
     user: str,
-    event: EventFacts,
+    event: EventLike,
     membership_at_event: str | None,
     *,
     is_peeking: bool,
