@@ -42,7 +42,7 @@ from factstream import HostApi, HttpError, SyncRequest, Wake
 from factstream_events.canonical import parse_event_json
 from factstream_events.reads import COLUMNS, Reads, Row, fetch_binary, row_of
 from factstream_events.rows import EV, EventsRow, event_data
-from factstream_events.timeline import MAX_TIMELINE, Timeline
+from factstream_events.timeline import EX_OUTLIERS, MAX_TIMELINE, MEMBERSHIP_CHANGES, NEW_IN_ROOMS, Timeline
 from factstream_events.validate import MEMBER
 
 #: The timeline limit when the filter names none (the reference's default).
@@ -63,12 +63,6 @@ STRIPPED_TYPES = frozenset(
 # The reads. Lists go in PostgreSQL's binary format (``%(...)b``) in every one: psycopg dumps a list of
 # strings as text by quoting each (a regular expression per item, 55 ms for 10,000 event IDs); in
 # binary it copies them.
-_MEMBERSHIP_CHANGES = f"""
-SELECT {COLUMNS}, j.json FROM room_memberships m
-JOIN events e ON e.event_id = m.event_id JOIN event_json j ON j.event_id = m.event_id
-WHERE m.user_id = %(user)s AND m.stream_ordering > %(since)s AND m.stream_ordering <= %(upto)s
-ORDER BY m.stream_ordering
-"""
 _MEMBERSHIPS_AT = f"""
 SELECT DISTINCT ON (m.room_id) {COLUMNS}, j.json FROM room_memberships m
 JOIN events e ON e.event_id = m.event_id JOIN event_json j ON j.event_id = m.event_id
@@ -80,21 +74,6 @@ SELECT room_id FROM (
     SELECT DISTINCT ON (room_id) room_id, membership FROM room_memberships
     WHERE user_id = %(user)s AND stream_ordering <= %(upto)s ORDER BY room_id, stream_ordering DESC
 ) m WHERE membership = 'join'
-"""
-# The newest events of each room after ``since`` and up to the room's cap, by stream order.
-_NEW_IN_ROOMS = f"""
-SELECT {COLUMNS}, j.json FROM unnest(%(rooms)b::text[], %(caps)b::bigint[]) AS r(room_id, cap)
-CROSS JOIN LATERAL (
-    SELECT * FROM events x WHERE x.room_id = r.room_id AND NOT x.outlier
-    AND x.stream_ordering > %(since)s AND x.stream_ordering <= r.cap
-    ORDER BY x.stream_ordering DESC LIMIT %(limit)s
-) e
-JOIN event_json j ON j.event_id = e.event_id
-"""
-_EX_OUTLIERS = f"""
-SELECT x.stream_id, {COLUMNS}, j.json FROM ex_outlier_stream x
-JOIN events e ON e.event_id = x.event_id JOIN event_json j ON j.event_id = x.event_id
-WHERE x.stream_id > %(since)s AND x.stream_id <= %(upto)s AND e.room_id = ANY(%(rooms)b)
 """
 # The newest events of each room up to its cap, by (topological, stream) order: initial sync. Without
 # their JSON (``raw`` empty): ``Reads.format`` keeps each event's client form and reads the JSON of
@@ -120,10 +99,6 @@ SELECT g.event_id FROM event_backward_extremities b
 JOIN event_edges g ON g.prev_event_id = b.event_id AND g.room_id = b.room_id
 WHERE b.room_id = ANY(%(rooms)b)
 """
-_BY_ID = (
-    f"SELECT {COLUMNS}, j.json FROM events e JOIN event_json j ON j.event_id = e.event_id"
-    " WHERE e.event_id = ANY(%(ids)b)"
-)
 # The state events of a state section, without their JSON (as ``_NEWEST_IN_ROOMS``).
 _STATE_BY_ID = f"SELECT {COLUMNS}, ''::bytea FROM events e WHERE e.event_id = ANY(%(ids)b)"
 
@@ -266,9 +241,6 @@ class RoomSync:
         self.host = host
         self.reads = reads
         self.timeline = timeline
-        #: Requests answered from the change caches alone, and those that read the database.
-        self.answered_from_caches = 0
-        self.read_database = 0
 
     async def __call__(self, request: SyncRequest) -> dict[str, Any]:
         """``sync_rows`` of the events stream: the ``rooms`` section for ``request``'s range."""
@@ -291,9 +263,7 @@ class RoomSync:
         changed = self.timeline.rooms.changed_since(joined, after)
         rooms = set(joined) if changed is None else changed
         if not member_changed and not rooms:
-            self.answered_from_caches += 1
             return {}
-        self.read_database += 1
         return await self.incremental(request.user, after, upto, room_filter, rooms, member_changed)
 
     async def _joined_at(self, user: str, upto: int) -> list[str]:
@@ -311,7 +281,7 @@ class RoomSync:
         async with self.host.database().autocommit() as conn:
             if member_changed:
                 params = {"user": user, "since": after, "upto": upto}
-                for change in map(row_of, await fetch_binary(conn, _MEMBERSHIP_CHANGES, params)):
+                for change in map(row_of, await fetch_binary(conn, MEMBERSHIP_CHANGES, params)):
                     _apply_change(plan, change, upto)
             timed = [r for r in plan.values() if r.section != "invite"]
             await self._new_timelines(conn, user, timed, after, room_filter)
@@ -329,8 +299,8 @@ class RoomSync:
         params = {"rooms": names, "caps": [caps[n] for n in names], "since": after, "limit": room_filter.limit + 1}
         newest_rows, ex_outliers, after_gap = await _together(
             conn,
-            (_NEW_IN_ROOMS, params),
-            (_EX_OUTLIERS, {"since": after, "upto": max(caps.values()), "rooms": names}),
+            (NEW_IN_ROOMS, params),
+            (EX_OUTLIERS, {"since": after, "upto": max(caps.values()), "rooms": names}),
             (_AFTER_GAP, {"rooms": names}),
         )
         found: dict[str, dict[str, tuple[int, Row]]] = {}
@@ -354,7 +324,6 @@ class RoomSync:
     async def initial(self, user: str, upto: int, room_filter: RoomFilter) -> dict[str, Any]:
         """Every room ``user`` is in at ``upto`` (and left, with ``include_leave``), newest events first
         by topological order."""
-        self.read_database += 1
         async with self.host.database().autocommit() as conn:
             plan: dict[str, _Room] = {}
             for member in map(row_of, await fetch_binary(conn, _MEMBERSHIPS_AT, {"user": user, "upto": upto})):
@@ -549,7 +518,7 @@ class RoomSync:
             inviter = group.get(MEMBER, {}).get(invite.sender)
             if inviter is not None:
                 ids.append(inviter)
-            found = map(row_of, await fetch_binary(conn, _BY_ID, {"ids": ids})) if ids else ()
+            found = (await self.reads.rows(conn, ids)).values() if ids else ()
             for row in sorted(found, key=lambda r: (r.type, r.state_key or "")):
                 event = parse_event_json(row.raw)
                 stripped.append({k: event.get(k) for k in ("type", "state_key", "content", "sender")})

@@ -44,14 +44,16 @@ SELECT c.room_id, c.membership, e.stream_ordering
 FROM current_state_events c JOIN events e ON e.event_id = c.event_id
 WHERE c.type = 'm.room.member' AND c.state_key = %(user)s AND c.membership IN ('join', 'invite')
 """
-_MEMBERSHIP_CHANGES = f"""
+# The reads of what is new for a user, shared with ``/sync`` (``factstream_events.sync``). Lists go in
+# PostgreSQL's binary format (``%(...)b``): psycopg dumps a list of strings as text by quoting each.
+MEMBERSHIP_CHANGES = f"""
 SELECT {COLUMNS}, j.json FROM room_memberships m
 JOIN events e ON e.event_id = m.event_id JOIN event_json j ON j.event_id = m.event_id
 WHERE m.user_id = %(user)s AND m.stream_ordering > %(since)s AND m.stream_ordering <= %(upto)s
 ORDER BY m.stream_ordering
 """
-_NEW_IN_ROOMS = f"""
-SELECT {COLUMNS}, j.json FROM unnest(%(rooms)s::text[], %(caps)s::bigint[]) AS r(room_id, cap)
+NEW_IN_ROOMS = f"""
+SELECT {COLUMNS}, j.json FROM unnest(%(rooms)b::text[], %(caps)b::bigint[]) AS r(room_id, cap)
 CROSS JOIN LATERAL (
     SELECT * FROM events x WHERE x.room_id = r.room_id AND NOT x.outlier
     AND x.stream_ordering > %(since)s AND x.stream_ordering <= r.cap
@@ -59,10 +61,10 @@ CROSS JOIN LATERAL (
 ) e
 JOIN event_json j ON j.event_id = e.event_id
 """
-_EX_OUTLIERS = f"""
+EX_OUTLIERS = f"""
 SELECT x.stream_id, {COLUMNS}, j.json FROM ex_outlier_stream x
 JOIN events e ON e.event_id = x.event_id JOIN event_json j ON j.event_id = x.event_id
-WHERE x.stream_id > %(since)s AND x.stream_id <= %(upto)s AND e.room_id = ANY(%(rooms)s)
+WHERE x.stream_id > %(since)s AND x.stream_id <= %(upto)s AND e.room_id = ANY(%(rooms)b)
 """
 _RECENT = f"""
 WITH ranked AS (
@@ -215,7 +217,7 @@ class Timeline:
             memberships_now = dict.fromkeys(rooms, "join")
             if member_changed:
                 params = {"user": user, "since": after, "upto": upto}
-                changes = [row_of(r) for r in await fetch_binary(conn, _MEMBERSHIP_CHANGES, params)]
+                changes = [row_of(r) for r in await fetch_binary(conn, MEMBERSHIP_CHANGES, params)]
                 for change in changes:
                     if change.outlier:
                         continue
@@ -249,10 +251,10 @@ class Timeline:
         names = sorted(caps)
         params = {"rooms": names, "caps": [caps[r] for r in names], "since": after, "limit": limit + 1}
         by_room: dict[str, list[tuple[int, Row]]] = {}
-        for r in await fetch_binary(conn, _NEW_IN_ROOMS, params):
+        for r in await fetch_binary(conn, NEW_IN_ROOMS, params):
             row = row_of(r)
             by_room.setdefault(row.room_id, []).append((row.stream, row))
-        for r in await fetch_binary(conn, _EX_OUTLIERS, {"since": after, "upto": upto, "rooms": names}):
+        for r in await fetch_binary(conn, EX_OUTLIERS, {"since": after, "upto": upto, "rooms": names}):
             row = row_of(r[1:])
             if int(r[0]) <= caps[row.room_id]:
                 by_room.setdefault(row.room_id, []).append((int(r[0]), row))
