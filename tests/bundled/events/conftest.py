@@ -55,3 +55,19 @@ def client(host_cluster: HostCluster, main: Host) -> Callable[[str], httpx.Async
         return host_cluster.client(main, SERVER_TOKEN if user == "server" else token_of(user))
 
     return make
+
+
+async def main_and_worker(host_cluster: HostCluster, transport: str) -> tuple[Host, Host]:
+    """``main`` (the events writer) and ``worker1`` following its ``events`` stream over ``transport``."""
+    host_cluster.configure(transport=transport, http={"tokens": TOKENS})
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "events")
+    return main, worker
+
+
+async def caught_up(main: Host, worker: Host) -> int:
+    """Wait until the worker has reached main's events position; returns it."""
+    position = main.id_generator("events").get_current_token()
+    assert await worker.api.wait_for_stream_position("main", "events", position, timeout=10)
+    return position

@@ -20,8 +20,7 @@ import httpx
 import pytest
 
 from factstream.host.app import Host
-from factstream.testing import HostCluster
-from tests.bundled.events.conftest import TOKENS, store_of, token_of
+from tests.bundled.events.conftest import caught_up, main_and_worker, store_of, token_of
 from tests.reservations import held_sequence, slow_sequence
 
 pytestmark = pytest.mark.parametrize("transport", ["tcp", "redis"])
@@ -30,21 +29,6 @@ ALICE = "@alice:hs"
 READERS = ("@bob:hs", "@carol:hs", "@dave:hs", "@eve:hs")
 ROOMS = 6
 MESSAGES = 60
-
-
-async def pair(host_cluster: HostCluster, transport: str) -> tuple[Host, Host]:
-    host_cluster.configure(transport=transport, http={"tokens": TOKENS})
-    main = await host_cluster("main")
-    worker = await host_cluster("worker1")
-    await host_cluster.following(worker, "events")
-    return main, worker
-
-
-async def caught_up(main: Host, worker: Host) -> int:
-    """Wait until the worker has reached main's events position; returns it."""
-    position = main.id_generator("events").get_current_token()
-    assert await worker.api.wait_for_stream_position("main", "events", position, timeout=10)
-    return position
 
 
 def text(body: str) -> dict[str, str]:
@@ -64,7 +48,7 @@ async def poll(client: httpx.AsyncClient, since: str) -> dict[str, Any]:
 async def test_an_event_that_completes_while_an_earlier_reservation_waits_for_the_sequence_reaches_the_worker(
     host_cluster, transport
 ):
-    main, worker = await pair(host_cluster, transport)
+    main, worker = await main_and_worker(host_cluster, transport)
     store = store_of(main)
     held_room, quick_room = [await store.create_room(ALICE, preset="public_chat") for _ in range(2)]
     for room in (held_room, quick_room):
@@ -90,7 +74,7 @@ async def test_an_event_that_completes_while_an_earlier_reservation_waits_for_th
 
 
 async def test_readers_polling_a_worker_during_concurrent_sends_get_every_event_exactly_once(host_cluster, transport):
-    main, worker = await pair(host_cluster, transport)
+    main, worker = await main_and_worker(host_cluster, transport)
     store = store_of(main)
     rooms = [await store.create_room(ALICE, preset="public_chat") for _ in range(ROOMS)]
     joined = {user: [room for r, room in enumerate(rooms) if r % len(READERS) != i] for i, user in enumerate(READERS)}

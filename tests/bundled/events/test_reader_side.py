@@ -28,8 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from factstream.host.app import Host
-from factstream.testing import HostCluster
-from tests.bundled.events.conftest import TOKENS, store_of
+from tests.bundled.events.conftest import caught_up, main_and_worker, store_of
 from tests.bundled.events.remote_history import ROOM_VERSION, RemoteRoom
 
 pytestmark = pytest.mark.parametrize("transport", ["tcp", "redis"])
@@ -37,20 +36,6 @@ pytestmark = pytest.mark.parametrize("transport", ["tcp", "redis"])
 ALICE, BOB, CAROL = "@alice:hs", "@bob:hs", "@carol:hs"
 ZED = "@zed:elsewhere"
 MISSING = object()
-
-
-async def pair(host_cluster: HostCluster, transport: str) -> tuple[Host, Host]:
-    host_cluster.configure(transport=transport, http={"tokens": TOKENS})
-    main = await host_cluster("main")
-    worker = await host_cluster("worker1")
-    await host_cluster.following(worker, "events")
-    return main, worker
-
-
-async def caught_up(main: Host, worker: Host) -> int:
-    position = main.id_generator("events").get_current_token()
-    assert await worker.api.wait_for_stream_position("main", "events", position, timeout=10)
-    return position
 
 
 def rooms_of(host: Host) -> RoomState:
@@ -78,7 +63,7 @@ async def remote_room(main: Host, room_id: str) -> RemoteRoom:
 
 
 async def test_an_ev_row_of_a_message_drops_the_events_and_the_rooms_entries(host_cluster, transport):
-    main, worker = await pair(host_cluster, transport)
+    main, worker = await main_and_worker(host_cluster, transport)
     room, other = await remote_room(main, "!a:elsewhere"), await remote_room(main, "!b:elsewhere")
     message = room.add("m.room.message", ZED, {"body": "hi"})
     await caught_up(main, worker)
@@ -98,7 +83,7 @@ async def test_an_ev_row_of_a_message_drops_the_events_and_the_rooms_entries(hos
 
 
 async def test_an_ev_row_of_a_member_event_drops_the_targets_membership_caches(host_cluster, transport):
-    main, worker = await pair(host_cluster, transport)
+    main, worker = await main_and_worker(host_cluster, transport)
     room, other = await two_rooms(main)
     await caught_up(main, worker)
     for host in (main, worker):
@@ -120,7 +105,7 @@ async def test_an_ev_row_of_a_member_event_drops_the_targets_membership_caches(h
 
 
 async def test_an_ev_row_of_a_redaction_drops_the_targets_caches(host_cluster, transport):
-    main, worker = await pair(host_cluster, transport)
+    main, worker = await main_and_worker(host_cluster, transport)
     store = store_of(main)
     room, _ = await two_rooms(main)
     target = await store.send(room, ALICE, "m.room.message", {"msgtype": "m.text", "body": "oops"})
@@ -138,7 +123,7 @@ async def test_an_ev_row_of_a_redaction_drops_the_targets_caches(host_cluster, t
 
 
 async def test_a_state_row_drops_the_rooms_current_state_through_the_fan_out(host_cluster, transport):
-    main, worker = await pair(host_cluster, transport)
+    main, worker = await main_and_worker(host_cluster, transport)
     room, other = await two_rooms(main)
     await caught_up(main, worker)
     before = {host: await rooms_of(host).current_state_ids(room) for host in (main, worker)}
@@ -153,7 +138,7 @@ async def test_a_state_row_drops_the_rooms_current_state_through_the_fan_out(hos
 
 
 async def test_a_state_all_row_drops_the_rooms_state_and_every_users_memberships(host_cluster, transport):
-    main, worker = await pair(host_cluster, transport)
+    main, worker = await main_and_worker(host_cluster, transport)
     store = store_of(main)
     room, other = await two_rooms(main)
     await store.change_membership(other, BOB, BOB, "join")
@@ -183,7 +168,7 @@ async def test_a_state_all_row_drops_the_rooms_state_and_every_users_memberships
 
 
 async def test_an_ex_outlier_ev_row_drops_the_events_caches_and_marks_its_room_changed(host_cluster, transport):
-    main, worker = await pair(host_cluster, transport)
+    main, worker = await main_and_worker(host_cluster, transport)
     store = store_of(main)
     room = await remote_room(main, "!x:elsewhere")
     message = room.add("m.room.message", ZED, {"body": "late"})
@@ -221,7 +206,7 @@ async def database_state(host: Host, room: str) -> dict[tuple[str, str], str]:
 
 
 async def test_cached_current_state_on_the_worker_equals_the_databases_after_any_writes(host_cluster, transport):
-    main, worker = await pair(host_cluster, transport)
+    main, worker = await main_and_worker(host_cluster, transport)
     loop = asyncio.get_running_loop()
     store = store_of(main)
     rooms = await two_rooms(main)

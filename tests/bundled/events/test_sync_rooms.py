@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from factstream.host.app import Host
-from tests.bundled.events.conftest import store_of
+from tests.bundled.events.conftest import caught_up, main_and_worker, store_of, token_of
 
 ALICE, BOB, CAROL, DAVE = "@alice:hs", "@bob:hs", "@carol:hs", "@dave:hs"
 Clients = Callable[[str], httpx.AsyncClient]
@@ -199,17 +199,11 @@ async def test_an_invite_wakes_the_invitee_who_is_in_no_room_and_nobody_else(mai
 
 @pytest.mark.parametrize("transport", ["tcp", "redis"])
 async def test_a_long_poll_on_a_worker_wakes_for_an_event_written_on_main(host_cluster, transport: str) -> None:
-    from tests.bundled.events.conftest import TOKENS, token_of
-
-    host_cluster.configure(transport=transport, http={"tokens": TOKENS})
-    main = await host_cluster("main")
-    worker = await host_cluster("worker1")
-    await host_cluster.following(worker, "events")
+    main, worker = await main_and_worker(host_cluster, transport)
     store = store_of(main)
     room = await store.create_room(ALICE, preset="public_chat")
     await store.change_membership(room, BOB, BOB, "join")
-    position = main.id_generator("events").get_current_token()
-    assert await worker.api.wait_for_stream_position("main", "events", position, timeout=10)
+    await caught_up(main, worker)
     async with host_cluster.client(worker, token_of(BOB)) as bob:
         first = await sync(bob)
         assert room in first["rooms"]["join"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -23,9 +24,9 @@ def memberships(events: list[dict[str, object]], user: str) -> list[object]:
     return [e["content"]["membership"] for e in events if e["type"] == "m.room.member" and e["state_key"] == user]  # type: ignore[index]
 
 
-async def test_kicked_then_invited_again_shows_the_room_under_leave_and_under_invite(
-    main: Host, client: Clients
-) -> None:
+async def kicked_then(main: Host, client: Clients, membership: str) -> tuple[str, dict[str, Any]]:
+    """Bob, joined, is kicked after a message, then after another one alice sets his ``membership``;
+    all of it in one sync range: the room and that sync's answer."""
     store = store_of(main)
     room = await store.create_room(ALICE, preset="public_chat")
     await store.change_membership(room, BOB, BOB, "join")
@@ -33,9 +34,15 @@ async def test_kicked_then_invited_again_shows_the_room_under_leave_and_under_in
         since = (await sync(bob))["next_batch"]
         await store.send(room, ALICE, "m.room.message", text("before the kick"))
         await store.change_membership(room, ALICE, BOB, "leave")
-        await store.send(room, ALICE, "m.room.message", text("while away"))
-        await store.change_membership(room, ALICE, BOB, "invite")
-        body = await sync(bob, since)
+        await store.send(room, ALICE, "m.room.message", text("after the kick"))
+        await store.change_membership(room, ALICE, BOB, membership)
+        return room, await sync(bob, since)
+
+
+async def test_kicked_then_invited_again_shows_the_room_under_leave_and_under_invite(
+    main: Host, client: Clients
+) -> None:
+    room, body = await kicked_then(main, client, "invite")
     left = timeline(body, room, "leave")
     assert bodies(left) == ["before the kick"]
     assert memberships(left, BOB) == ["leave"]
@@ -47,16 +54,7 @@ async def test_kicked_then_invited_again_shows_the_room_under_leave_and_under_in
 async def test_kicked_then_banned_keeps_the_timeline_up_to_the_kick_and_shows_the_ban(
     main: Host, client: Clients
 ) -> None:
-    store = store_of(main)
-    room = await store.create_room(ALICE, preset="public_chat")
-    await store.change_membership(room, BOB, BOB, "join")
-    async with client(BOB) as bob:
-        since = (await sync(bob))["next_batch"]
-        await store.send(room, ALICE, "m.room.message", text("before the kick"))
-        await store.change_membership(room, ALICE, BOB, "leave")
-        await store.send(room, ALICE, "m.room.message", text("after the kick"))
-        await store.change_membership(room, ALICE, BOB, "ban")
-        body = await sync(bob, since)
+    room, body = await kicked_then(main, client, "ban")
     left = timeline(body, room, "leave")
     assert bodies(left) == ["before the kick"], "nothing from after the user's presence ended"
     assert memberships(left, BOB) == ["leave", "ban"]
