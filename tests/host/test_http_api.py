@@ -10,7 +10,7 @@ import pytest
 
 from factstream.errors import PluginError
 from factstream.testing import free_port
-from factstream.tokens import token_hash
+from factstream.tokens import TokenStore, token_hash
 from tests.host.conftest import post_messages
 
 
@@ -90,6 +90,18 @@ async def test_tokens_from_the_access_tokens_table(inbox_cluster, client):
     body = {"user_id": "@carol:hs", "body": "x"}
     assert (await client(host, "t-carol").post("/inbox/messages", json=body)).status_code == 403
     assert (await client(host, "t-dave").post("/inbox/messages", json=body)).status_code == 200
+
+
+async def test_a_token_issued_like_factstream_tokens_works_until_revoked(inbox_cluster, client):
+    host = await inbox_cluster(http={"token_cache_seconds": 0})
+    store = TokenStore(inbox_cluster.database_url)
+    writer, info = await asyncio.to_thread(store.create, "@frank:hs", can_write=True)
+    body = {"user_id": "@frank:hs", "body": "x"}
+
+    assert (await client(host, writer).get("/inbox/whoami")).json() == {"user": "@frank:hs"}
+    assert (await client(host, writer).post("/inbox/messages", json=body)).status_code == 200
+    await asyncio.to_thread(store.revoke, info.id)
+    assert (await client(host, writer).get("/inbox/whoami")).status_code == 401
 
 
 async def test_the_token_table_can_be_turned_off(inbox_cluster, client):
