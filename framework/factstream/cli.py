@@ -89,7 +89,9 @@ def lift_config_option(args: list[str], command: Any = None) -> list[str]:
 
 
 class _RootGroup(typer.core.TyperGroup):
-    """The root command: accepts ``-c/--config`` after the command too (:func:`lift_config_option`)."""
+    """The root command: accepts ``-c/--config`` and ``-v`` after the command too
+    (:func:`lift_config_option`), and gives every command's ``--help`` plain metavars
+    (:func:`plain_metavars`)."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         plain_metavars(self, ctx)
