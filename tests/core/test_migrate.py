@@ -222,9 +222,9 @@ def test_cli_migrate_status_down_and_new(plugin_installer, notes, fresh_database
     assert re.search(r"notes\s+│\s+-\s+│\s+notes_0001\s+│\s+needs upgrade", down.stdout)
     assert re.search(r"factstream\s+│\s+fs_core_0004\s+│\s+fs_core_0004\s+│\s+up to date", down.stdout)
 
-    new = run_cli("migrate", "new", "--plugin", "notes", "-m", "add index", env=env)
+    new = run_cli("migrate", "new", "--plugin", "notes", "-m", "add index", env=dict(env, COLUMNS="40"))
     assert new.returncode == 0, new.stderr
-    created = Path(re.search(r"created (\S+\.py)", new.stdout.replace("\n", "")).group(1))
+    created = Path(re.search(r"^created (\S+\.py)$", new.stdout, re.MULTILINE).group(1))  # one line at 40 columns
     assert created.parent == notes.package_dir / "migrations"
 
     status_run = run_cli("migrate", "status", env=env)
