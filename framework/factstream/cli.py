@@ -23,7 +23,7 @@ from factstream.config import Settings, load_config
 from factstream.errors import FactstreamError, PluginError
 from factstream.plugin.manager import PluginHost, load_plugins
 
-BUILTIN_COMMANDS = frozenset({"plugins", "migrate", "demo", "run", "export", "new-stream"})
+BUILTIN_COMMANDS = frozenset({"plugins", "migrate", "demo", "run", "export", "new-stream", "tokens"})
 
 out = Console()
 err = Console(stderr=True)
@@ -34,6 +34,7 @@ class State:
     """Per-invocation state: the config path given on the command line, loaded lazily."""
 
     config_path: Path | None = None
+    verbose: bool = False
     plugin_error: PluginError | None = None
     _settings: Settings | None = None
     _plugins: PluginHost | None = field(default=None, repr=False)
@@ -57,8 +58,96 @@ class State:
 
 state = State()
 
+#: The root's ``-c/--config`` spellings that may also follow the command.
+CONFIG_FLAGS = ("-c", "--config")
+#: The root's ``-v/--verbose``, which may also follow the command.
+VERBOSE_FLAGS = ("-v", "--verbose")
+
+
+def lift_config_option(args: list[str], command: Any = None) -> list[str]:
+    """``args`` with every ``-c FILE``/``--config FILE``/``--config=FILE`` and ``-v``/``--verbose``
+    moved to the front, in order (so the last file given wins), so that the root options may also
+    follow the command (``factstream migrate -c x.yaml -v``). Nothing after ``--`` moves, and nothing
+    moves for a command that has an option of these names of its own."""
+    if command is not None and any(set(CONFIG_FLAGS + VERBOSE_FLAGS) & set(p.opts) for p in command.params):
+        return args
+    lifted: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        if arg in CONFIG_FLAGS:
+            lifted += args[i : i + 2]
+            i += 2
+            continue
+        (lifted if arg.startswith("--config=") or arg in VERBOSE_FLAGS else rest).append(arg)
+        i += 1
+    return lifted + rest
+
+
+class _RootGroup(typer.core.TyperGroup):
+    """The root command: accepts ``-c/--config`` and ``-v`` after the command too
+    (:func:`lift_config_option`), and gives every command's ``--help`` plain metavars
+    (:func:`plain_metavars`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        plain_metavars(self, ctx)
+        name = _command_name(args)
+        command = self.get_command(ctx, name) if name else None
+        return super().parse_args(ctx, lift_config_option(args, command))
+
+
+#: typer's type labels (``<str>``, ``<list[int]>``, ``<int range>``) as the plain words click uses.
+PLAIN_TYPES = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "bool": "", "Path": "PATH", "path": "PATH"}
+
+
+def plain_type(label: str) -> str:
+    """``TEXT`` for typer's ``<str>`` or ``<list[str]>``, ``INTEGER`` for ``<int range>``, ``[a|b]`` for a
+    choice, nothing for ``<bool>``; other types upper-cased."""
+    label = label.strip("<>")
+    if label.startswith("list[") and label.endswith("]"):
+        label = label[5:-1]
+    label = label.removesuffix(" range")
+    if "|" in label:
+        return f"[{label}]"
+    return PLAIN_TYPES.get(label, label.upper())
+
+
+def plain_metavars(command: Any, ctx: Any) -> None:
+    """Show click's plain metavars (``TEXT``, ``INTEGER``; none for a flag) in the ``--help`` of
+    ``command`` and its subcommands, where typer would show Python types (``<list[str]>``, ``<bool>``).
+    An option gets a metavar; an argument keeps its name (or metavar) and only its type column changes."""
+    for param in command.get_params(ctx):
+        if isinstance(param, typer.core.TyperOption) and param.metavar is None:
+            param.metavar = plain_type(param.display_type(ctx))
+        elif isinstance(param, typer.core.TyperArgument):
+            label = plain_type(param.display_type(ctx))
+            setattr(param, "display_type_rich", lambda ctx, label=label: label)  # noqa: B010 - an instance's own
+    for sub in getattr(command, "commands", {}).values():
+        plain_metavars(sub, ctx)
+
+
+def _command_name(args: list[str]) -> str | None:
+    """The first argument that is not a root option or its value: the command's name."""
+    i = 0
+    while i < len(args):
+        if args[i] == "--":
+            return None
+        if args[i] in CONFIG_FLAGS:
+            i += 2
+            continue
+        if not args[i].startswith("-"):
+            return args[i]
+        i += 1
+    return None
+
+
 app = typer.Typer(
     name="factstream",
+    cls=_RootGroup,
     help="Streams of facts in PostgreSQL, replicated between processes. See docs/ for the guides.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -70,11 +159,19 @@ app = typer.Typer(
 def _root(
     config: Annotated[
         Path | None,
-        typer.Option("--config", "-c", help="YAML config file (default: $FACTSTREAM_CONFIG or ./factstream.yaml)."),
+        typer.Option(
+            "--config",
+            "-c",
+            metavar="FILE",
+            help="YAML config file (default: $FACTSTREAM_CONFIG or ./factstream.yaml); may also follow the command.",
+        ),
     ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what happens (INFO level).")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log what happens (INFO level); may also follow the command.")
+    ] = False,
 ) -> None:
     state.config_path = config
+    state.verbose = verbose
     _setup_logging(logging.INFO if verbose else logging.WARNING)
     state.settings  # noqa: B018 - a bad config file is an error for every command
 
@@ -145,19 +242,36 @@ migrate_app = typer.Typer(help="Database migrations: the core branch and one bra
 app.add_typer(migrate_app, name="migrate")
 
 
-def _migrator() -> Any:
-    from factstream.db.engine import check_database, database_url
-    from factstream.migrate import Migrator
+def _database(doing: str | None = None) -> str:
+    """The database's URL, once it answers; ``doing`` (e.g. "migrating") names it on stderr first."""
+    from factstream.db.engine import check_database, database_url, describe_database
 
     settings = state.settings
     url = database_url(settings)
+    if doing:
+        err.print(f"{doing} {describe_database(settings, url)}", highlight=False, markup=False, soft_wrap=True)
     check_database(url, settings.database.connect_timeout)
-    return Migrator(url, state.plugins)
+    return url
+
+
+def _migrator(doing: str | None = None) -> Any:
+    from factstream.migrate import Migrator
+
+    return Migrator(_database(doing), state.plugins)
+
+
+#: What alembic logs that ``migrate`` shows without ``-v``: one line per revision applied or undone.
+ALEMBIC_PROGRESS = ("Running upgrade", "Running downgrade")
 
 
 def _alembic_progress() -> None:
+    """Show alembic's progress lines on stderr; its set-up chatter ("Context impl PostgresqlImpl.",
+    "Will assume transactional DDL.") only with ``-v``."""
+    handler = _log_handler(show_level=False)
+    if not state.verbose:
+        handler.addFilter(lambda record: record.getMessage().startswith(ALEMBIC_PROGRESS))
     logging.getLogger("alembic.runtime.migration").setLevel(logging.INFO)
-    logging.getLogger("alembic").addHandler(_log_handler(show_level=False))
+    logging.getLogger("alembic").addHandler(handler)
     logging.getLogger("alembic").propagate = False
 
 
@@ -173,7 +287,7 @@ def migrate_command(
         ctx.obj = plugin
         return
     _alembic_progress()
-    migrator = _migrator()
+    migrator = _migrator("migrating")
     try:
         migrator.upgrade(plugin)
         _print_status(migrator.status())
@@ -184,7 +298,7 @@ def migrate_command(
 @migrate_app.command("status")
 def migrate_status() -> None:
     """Show each branch: the revision the database is at and the head the code has."""
-    migrator = _migrator()
+    migrator = _migrator("status of")
     try:
         _print_status(migrator.status())
     finally:
@@ -195,14 +309,23 @@ def migrate_status() -> None:
 def migrate_down(
     ctx: typer.Context,
     plugin: Annotated[str | None, typer.Option("--plugin", "-p", help="The plugin whose branch to remove.")] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask before dropping (needed without a terminal).")
+    ] = False,
 ) -> None:
-    """Downgrade one plugin's branch to its base (drops what its revisions created)."""
+    """Downgrade one plugin's branch to its base (drops what its revisions created).
+
+    Asks first, naming the revisions it undoes; --yes skips the question.
+    """
     plugin = plugin or ctx.obj
     if not plugin:
         raise FactstreamError("`factstream migrate down` needs --plugin NAME")
     _alembic_progress()
-    migrator = _migrator()
+    migrator = _migrator("downgrading")
     try:
+        applied = migrator.applied_revisions(plugin)
+        if applied and not yes:
+            _confirm_drop(plugin, applied)
         migrator.downgrade_to_base(plugin)
         _print_status(migrator.status())
     finally:
@@ -224,7 +347,7 @@ def migrate_new(
     # Writing a revision file needs no database.
     migrator = Migrator("postgresql://unused/unused", state.plugins)
     path = migrator.new_revision(plugin, message)
-    out.print(f"created {path}")
+    print(f"created {path}")
 
 
 @migrate_app.command("detach")
@@ -236,6 +359,20 @@ def migrate_detach(name: Annotated[str, typer.Argument(help="The uninstalled plu
         out.print(f"detached plugin {name!r} (was at revision {rid}); its tables were left in place")
     finally:
         migrator.close()
+
+
+def _confirm_drop(plugin: str, applied: list[Any]) -> None:
+    """Ask before undoing ``applied`` (newest first); :class:`FactstreamError` if there is no one to ask."""
+    undone = "; ".join(f"{rev.revision} ({rev.doc})" for rev in applied)
+    what = (
+        f"downgrade plugin {plugin!r} to its base: undo {undone}, dropping the tables and data these revisions "
+        f"created (and anything of other plugins that depends on them)"
+    )
+    if not sys.stdin.isatty():
+        raise FactstreamError(f"`factstream migrate down` would {what}; rerun with --yes to confirm without a terminal")
+    if not typer.confirm(f"{what[0].upper()}{what[1:]}?", err=True):
+        err.print("nothing was dropped")
+        raise typer.Exit(1)
 
 
 def _print_status(rows: list[Any]) -> None:
@@ -251,6 +388,96 @@ def _print_status(rows: list[Any]) -> None:
             what = "[yellow]needs upgrade[/yellow]"
         table.add_row(row.branch, row.current or "-", row.head or "-", what)
     out.print(table)
+
+
+# -- tokens ------------------------------------------------------------------------------------------
+
+tokens_app = typer.Typer(
+    help="Bearer tokens of the HTTP API in the access_tokens table (stored as SHA-256 hashes).", no_args_is_help=True
+)
+app.add_typer(tokens_app, name="tokens")
+
+
+def _token_store() -> Any:
+    from factstream.tokens import TokenStore
+
+    return TokenStore(_database())
+
+
+def _token_line(info: Any) -> str:
+    return f"{info.id} ({info.kind} token of {info.user}, created {info.created_at:%Y-%m-%d %H:%M:%S %Z})"
+
+
+@tokens_app.command("create")
+def tokens_create(
+    user: Annotated[str, typer.Argument(help="The user requests with the token act as, e.g. @alice:example.org.")],
+    write: Annotated[bool, typer.Option("--write", help="A writer token: may call write routes too.")] = False,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token", metavar="TEXT", help="Store this token instead of a new random one.", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """Issue a token for USER and print it once on stdout (only its hash is stored).
+
+    T=$(factstream tokens create @alice:example.org) keeps it in a shell variable.
+    """
+    if token is not None and token in state.settings.http.tokens:
+        raise FactstreamError("that token is already in the config file (http.tokens); choose another")
+    secret, info = _token_store().create(user, can_write=write, token=token)
+    print(secret)
+    err.print(
+        f"created {_token_line(info)}; the token is shown only now and cannot be shown again",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@tokens_app.command("list")
+def tokens_list(
+    user: Annotated[
+        str | None, typer.Option("--user", metavar="USER", help="Only this user's tokens.", show_default=False)
+    ] = None,
+) -> None:
+    """List the table's tokens: id, user, kind and creation time; never the tokens themselves.
+
+    Tokens in the config file (http.tokens) are not listed.
+    """
+    rows = _token_store().all(user)
+    if not rows:
+        err.print(f"no tokens{f' of {user}' if user else ''} in the access_tokens table", highlight=False)
+        return
+    table = Table(title="access tokens")
+    for col in ("id", "user", "kind", "created"):
+        table.add_column(col, no_wrap=True)
+    for info in rows:
+        table.add_row(info.id, info.user, info.kind, f"{info.created_at:%Y-%m-%d %H:%M:%S %Z}")
+    out.print(table)
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(
+    token: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="ID|TOKEN", help="The token's id (from `tokens list`) or the token itself.", show_default=False
+        ),
+    ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", metavar="USER", help="Revoke every token of this user.", show_default=False)
+    ] = None,
+) -> None:
+    """Revoke one token (by id or value) or all of a user's (--user). Hosts stop accepting it within
+    http.token_cache_seconds."""
+    if (token is None) == (user is None):
+        raise FactstreamError("`factstream tokens revoke` needs a token id (or the token) or --user USER, not both")
+    store = _token_store()
+    revoked = [store.revoke(token)] if token is not None else store.revoke_user(user or "")
+    if not revoked:
+        raise FactstreamError(f"user {user} has no tokens in the access_tokens table")
+    for info in revoked:
+        print(f"revoked {_token_line(info)}")
 
 
 # -- run ---------------------------------------------------------------------------------------------
@@ -342,7 +569,12 @@ def export_command(
 
 @app.command("new-stream")
 def new_stream_command(
-    name: Annotated[str, typer.Argument(help="The stream's name, also the plugin's: lower-case letters, digits, '_'.")],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="The stream's name, also the plugin's: lower-case letters, digits, '_', at most 49 characters."
+        ),
+    ],
     directory: Annotated[
         Path | None,
         typer.Argument(

@@ -240,6 +240,19 @@ class Migrator:
             return
         self._run("downgrade", f"{plugin}@base")
 
+    def applied_revisions(self, plugin: str) -> list[Script]:
+        """The revisions of ``plugin``'s branch the database is at or past, newest first: what
+        :meth:`downgrade_to_base` would undo (``[]`` when the branch is not applied)."""
+        self._require_branch(plugin)
+        current = next((row.current for row in self.status() if row.branch == plugin), None)
+        applied: list[Script] = []
+        rev = self.script.get_revision(current) if current else None
+        while rev is not None and self.branch_of(rev) == plugin:
+            applied.append(rev)
+            down = rev.down_revision
+            rev = self.script.get_revision(down) if isinstance(down, str) else None
+        return applied
+
     def new_revision(self, plugin: str, message: str) -> Path:
         """Write a new empty revision at the head of ``plugin``'s branch (starting it if needed)."""
         self._require_branch(plugin)

@@ -51,9 +51,14 @@ def new_stream(choices: Choices, plugins: PluginHost, out: Console, *, interacti
         raise FactstreamError(f"{target} already exists and is not empty; choose another directory")
     written = write_plugin(plugin, target)
     shown = _shown(target)
-    out.print(f"created the {plugin.name} stream plugin in {shown} ({len(written)} files)", highlight=False)
+    out.print(
+        f"created the {plugin.name} stream plugin in {shown} ({len(written)} files)",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
     for path in written:
-        out.print(f"  {path.relative_to(target).as_posix()}", highlight=False)
+        out.print(f"  {path.relative_to(target).as_posix()}", highlight=False, markup=False, soft_wrap=True)
     if choices.workspace:
         root = target.parent.parent
         _wire_workspace(root, target)
@@ -64,9 +69,9 @@ def new_stream(choices: Choices, plugins: PluginHost, out: Console, *, interacti
         ]
     else:
         steps = [f"cd {shown}", "uv pip install -e .      # next to factstream", "factstream migrate", "pytest"]
-    out.print("next:", highlight=False)
+    out.print("next:", highlight=False, markup=False, soft_wrap=True)
     for step in steps:
-        out.print(f"  {step}", highlight=False)
+        out.print(f"  {step}", highlight=False, markup=False, soft_wrap=True)
     return target
 
 

@@ -22,7 +22,9 @@ from factstream.resources import migrations_dir, templates_dir
 OPTIONAL_FILES = {"tests/test__name__export.py.mako": "export"}
 #: The default name of the instance that writes a new stream (``stream_writers``).
 DEFAULT_WRITERS = ("main",)
-#: The longest name of a new stream: ``<name>_stream_id_key`` must fit PostgreSQL's 63 characters.
+#: The longest name of a new stream: the longest identifier derived from it, the unique constraint
+#: ``<name>_stream_id_key`` PostgreSQL names for the table's ``stream_id`` column (14 characters more),
+#: must fit PostgreSQL's 63 characters, or PostgreSQL would silently truncate it.
 MAX_NAME_LENGTH = 49
 _INSTANCE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -42,12 +44,14 @@ class StreamPlugin:
     revision: str = field(default_factory=lambda: uuid.uuid4().hex[-12:])
 
     def __post_init__(self) -> None:
-        check_name("stream", self.name)
+        # The length first: check_name's own limit (63, any identifier) is not a new stream's.
         if len(self.name) > MAX_NAME_LENGTH:
             raise ValueError(
-                f"stream name {self.name!r} is too long for a new stream: at most {MAX_NAME_LENGTH} characters, "
-                "so that its table's index and constraint names fit PostgreSQL's 63"
+                f"stream name {self.name!r} is too long for a new stream: at most {MAX_NAME_LENGTH} characters "
+                f"(it has {len(self.name)}), so that the longest name derived from it, the table's constraint "
+                "<name>_stream_id_key, fits PostgreSQL's 63"
             )
+        check_name("stream", self.name)
         if self.name in _reserved_words():
             raise ValueError(f"stream name {self.name!r} is an SQL reserved word; the table would need quoting")
         if not self.writers:

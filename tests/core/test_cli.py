@@ -109,5 +109,5 @@ def test_demo_runs_on_a_configured_database(fresh_database, run_cli, plugin_inst
     result = run_cli("demo", env=env)
 
     assert result.returncode == 0, result.stderr
-    assert "migrated 2 branch(es): factstream@fs_core_0003, notes@notes_0001" in result.stdout
+    assert "migrated 2 branch(es): factstream@fs_core_0004, notes@notes_0001" in result.stdout
     assert re.search(r"notes\s+│\s+main\s+│\s+-", result.stdout)

@@ -59,7 +59,9 @@ def test_unreachable_database_in_the_cli_exits_2_without_traceback(run_cli):
 
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    assert result.stderr.startswith("error: cannot connect to the database at")
+    said, failed = result.stderr.splitlines()
+    assert said.startswith("migrating database facts on 127.0.0.1:")
+    assert failed.startswith("error: cannot connect to the database at")
 
 
 def test_password_is_not_shown_in_connection_errors():

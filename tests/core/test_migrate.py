@@ -16,7 +16,7 @@ from factstream.plugin.manager import load_plugins
 from factstream.testing import PluginInstaller
 
 #: The core branch's newest revision (plugins depend on CORE_BASE_REVISION, the first).
-CORE_HEAD = "fs_core_0003"
+CORE_HEAD = "fs_core_0004"
 
 
 def tables(url: str) -> set[str]:
@@ -217,14 +217,14 @@ def test_cli_migrate_status_down_and_new(plugin_installer, notes, fresh_database
     assert up.returncode == 0, up.stderr
     assert re.search(r"notes\s+│\s+notes_0001\s+│\s+notes_0001\s+│\s+up to date", up.stdout)
 
-    down = run_cli("migrate", "down", "--plugin", "notes", env=env)
+    down = run_cli("migrate", "down", "--plugin", "notes", "--yes", env=env)
     assert down.returncode == 0, down.stderr
     assert re.search(r"notes\s+│\s+-\s+│\s+notes_0001\s+│\s+needs upgrade", down.stdout)
-    assert re.search(r"factstream\s+│\s+fs_core_0003\s+│\s+fs_core_0003\s+│\s+up to date", down.stdout)
+    assert re.search(r"factstream\s+│\s+fs_core_0004\s+│\s+fs_core_0004\s+│\s+up to date", down.stdout)
 
-    new = run_cli("migrate", "new", "--plugin", "notes", "-m", "add index", env=env)
+    new = run_cli("migrate", "new", "--plugin", "notes", "-m", "add index", env=dict(env, COLUMNS="40"))
     assert new.returncode == 0, new.stderr
-    created = Path(re.search(r"created (\S+\.py)", new.stdout.replace("\n", "")).group(1))
+    created = Path(re.search(r"^created (\S+\.py)$", new.stdout, re.MULTILINE).group(1))  # one line at 40 columns
     assert created.parent == notes.package_dir / "migrations"
 
     status_run = run_cli("migrate", "status", env=env)

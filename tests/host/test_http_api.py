@@ -10,6 +10,7 @@ import pytest
 
 from factstream.errors import PluginError
 from factstream.testing import free_port
+from factstream.tokens import TokenStore, token_hash
 from tests.host.conftest import post_messages
 
 
@@ -81,8 +82,9 @@ async def test_tokens_from_the_access_tokens_table(inbox_cluster, client):
     db = host.database()
     async with db.transaction() as txn:
         await txn.execute(
-            "INSERT INTO access_tokens (token, user_id, can_write) VALUES ('t-carol', '@carol:hs', false), "
-            "('t-dave', '@dave:hs', true)"
+            "INSERT INTO access_tokens (token_hash, user_id, can_write) VALUES (%(carol)s, '@carol:hs', false), "
+            "(%(dave)s, '@dave:hs', true)",
+            {"carol": token_hash("t-carol"), "dave": token_hash("t-dave")},
         )
     assert (await client(host, "t-carol").get("/inbox/whoami")).json() == {"user": "@carol:hs"}
     body = {"user_id": "@carol:hs", "body": "x"}
@@ -90,10 +92,25 @@ async def test_tokens_from_the_access_tokens_table(inbox_cluster, client):
     assert (await client(host, "t-dave").post("/inbox/messages", json=body)).status_code == 200
 
 
+async def test_a_token_issued_like_factstream_tokens_works_until_revoked(inbox_cluster, client):
+    host = await inbox_cluster(http={"token_cache_seconds": 0})
+    store = TokenStore(inbox_cluster.database_url)
+    writer, info = await asyncio.to_thread(store.create, "@frank:hs", can_write=True)
+    body = {"user_id": "@frank:hs", "body": "x"}
+
+    assert (await client(host, writer).get("/inbox/whoami")).json() == {"user": "@frank:hs"}
+    assert (await client(host, writer).post("/inbox/messages", json=body)).status_code == 200
+    await asyncio.to_thread(store.revoke, info.id)
+    assert (await client(host, writer).get("/inbox/whoami")).status_code == 401
+
+
 async def test_the_token_table_can_be_turned_off(inbox_cluster, client):
     host = await inbox_cluster(http={"token_table": False})
     async with host.database().transaction() as txn:
-        await txn.execute("INSERT INTO access_tokens (token, user_id) VALUES ('t-erin', '@erin:hs')")
+        await txn.execute(
+            "INSERT INTO access_tokens (token_hash, user_id) VALUES (%(erin)s, '@erin:hs')",
+            {"erin": token_hash("t-erin")},
+        )
     assert (await client(host, "t-erin").get("/inbox/whoami")).status_code == 401
     assert (await client(host, "alice-token").get("/inbox/whoami")).status_code == 200
 

@@ -59,12 +59,13 @@ export_checkpoints = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
-#: Bearer tokens of the HTTP API (besides those configured under ``http.tokens``): a request with
-#: ``token`` acts as ``user_id`` and may call write routes when ``can_write``.
+#: Bearer tokens of the HTTP API (besides those configured under ``http.tokens``): a request whose
+#: token's hex SHA-256 is ``token_hash`` acts as ``user_id`` and may call write routes when
+#: ``can_write``. The token itself is never stored (see :mod:`factstream.tokens`).
 access_tokens = Table(
     "access_tokens",
     metadata,
-    Column("token", Text, primary_key=True),
+    Column("token_hash", Text, primary_key=True),
     Column("user_id", Text, nullable=False),
     Column("can_write", Boolean, nullable=False, server_default=false()),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),

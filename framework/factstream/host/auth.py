@@ -2,9 +2,10 @@
 
 A request names itself with ``Authorization: Bearer <token>``. The token is looked up in the
 configuration (``http.tokens``) first, then, unless ``http.token_table`` is off, in the
-``access_tokens`` table (created by the core migration ``fs_core_0003``). A table lookup is kept for
-``http.token_cache_seconds`` (unknown tokens too, so a client hammering with a bad token costs one
-query per interval, not one per request); deleting a row therefore takes effect within that time.
+``access_tokens`` table, which holds the tokens' SHA-256 hashes only (core migrations ``fs_core_0003``
+and ``fs_core_0004``; ``factstream tokens`` and :mod:`factstream.tokens` manage it). A table lookup is
+kept for ``http.token_cache_seconds`` (unknown tokens too, so a client hammering with a bad token costs
+one query per interval, not one per request); revoking a token therefore takes effect within that time.
 
 The route wrapper in :mod:`factstream.host.http` turns the outcome into the status codes the API
 promises: 401 for a missing, malformed or unknown token, 403 for a valid token without the right
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from factstream.plugin.web import HttpError
+from factstream.tokens import token_hash
 
 if TYPE_CHECKING:
     from factstream.config import HttpConfig
@@ -94,17 +96,18 @@ class TokenAuthenticator:
 
     async def _lookup(self, token: str) -> Principal | None:
         now = self.clock()
-        cached = self._cache.get(token)
+        hashed = token_hash(token)
+        cached = self._cache.get(hashed)
         if cached is not None and now - cached[0] < self.cache_seconds:
             return cached[1]
         assert self.db is not None
         rows = await self.db.fetchall(
-            "SELECT user_id, can_write FROM access_tokens WHERE token = %(token)s", {"token": token}
+            "SELECT user_id, can_write FROM access_tokens WHERE token_hash = %(hash)s", {"hash": hashed}
         )
         principal = Principal(str(rows[0][0]), bool(rows[0][1])) if rows else None
         if self.cache_seconds > 0:
-            self._cache[token] = (now, principal)
-            self._cache.move_to_end(token)
+            self._cache[hashed] = (now, principal)
+            self._cache.move_to_end(hashed)
             while len(self._cache) > TOKEN_CACHE_SIZE:
                 self._cache.popitem(last=False)
         return principal
@@ -114,7 +117,7 @@ class TokenAuthenticator:
         if token is None:
             self._cache.clear()
         else:
-            self._cache.pop(token, None)
+            self._cache.pop(token_hash(token), None)
 
 
 def check_access(access: str, principal: Principal | None) -> None:
