@@ -79,9 +79,11 @@ def sandbox(tmp_path: Path, python: Path | str | None, without: tuple[str, ...] 
     return env
 
 
-def dev(root: Path, env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def dev(
+    root: Path, env: dict[str, str], *args: str, timeout: float = 300, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(root / "dev"), *args], cwd=root, env=env, capture_output=True, text=True, timeout=timeout
+        [str(root / "dev"), *args], cwd=cwd or root, env=env, capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -177,17 +179,19 @@ def test_a_python_too_old_or_missing_is_named_before_anything_is_installed(tmp_p
     assert not (root / ".factstream").exists()
 
 
-def test_python_names_the_interpreter_to_use(tmp_path):
+def test_python_names_the_interpreter_to_use_and_dev_uv_runs_where_it_is_called(tmp_path):
     root = checkout(tmp_path)
     env = sandbox(tmp_path, "#!/bin/sh\necho 'Python 3.8.10'\n")
     # A good Python named by PYTHON wins over an old python3; the check then passes and uv is looked for.
     env["PYTHON"] = sys.executable
     Path(env["HOME"], ".local", "bin").mkdir(parents=True)
     uv = Path(env["HOME"], ".local", "bin", "uv")
-    uv.write_text("#!/bin/sh\necho uv 1.2.3-home\n")
+    uv.write_text('#!/bin/sh\necho "uv 1.2.3-home in $PWD"\n')
     uv.chmod(0o755)
-    done = dev(root, env, "uv", "--version")
-    assert done.returncode == 0 and done.stdout == "uv 1.2.3-home\n", done.stdout + done.stderr
+    elsewhere = tmp_path / "plugin"
+    elsewhere.mkdir()
+    done = dev(root, env, "uv", "--version", cwd=elsewhere)
+    assert done.returncode == 0 and done.stdout == f"uv 1.2.3-home in {elsewhere}\n", done.stdout + done.stderr
 
 
 def test_usage_lists_every_command():
@@ -236,3 +240,22 @@ def test_the_sync_step_keeps_a_plugin_installed_by_hand(tmp_path):
     listed = subprocess.run(["factstream", "plugins"], env=active, capture_output=True, text=True, timeout=120)
     for name in ("likes", "events", "to_device", "account_data", "caches"):
         assert f" {name} " in listed.stdout, listed.stdout
+
+
+def test_a_failed_first_install_says_what_it_was_doing_and_what_to_do(tmp_path):
+    if shutil.which("uv") is None:
+        pytest.skip("uv is not installed")
+    root = checkout(tmp_path)
+    (root / "pyproject.toml").write_text(
+        '[project]\nname = "checkout"\nversion = "0"\nrequires-python = ">=3.11"\n'
+        'dependencies = ["factstream-no-such-distribution-zz"]\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT", "FACTSTREAM_"))}
+    env["UV_OFFLINE"] = "1"  # the resolution fails without asking an index
+    done = dev(root, env, "bootstrap")
+    assert done.returncode != 0, done.stderr
+    assert "dev: about 830 MB to download the first time" in done.stderr, done.stderr
+    assert "factstream-no-such-distribution-zz" in done.stderr, "uv's own message is not shown"
+    assert "dev: uv sync failed" in done.stderr and "pypi.org can be reached" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (root / ".venv" / ".factstream-dev-synced").exists()
