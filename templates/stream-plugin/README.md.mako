@@ -90,8 +90,10 @@ The tests use `factstream.testing` (a pytest plugin that comes with factstream):
 replicating over TCP, and a PostgreSQL of their own (`FACTSTREAM_TEST_DATABASE_URL` when set, an
 embedded server otherwise).
 
+They need factstream's `testing` extra (pytest, pytest-asyncio and httpx), in the same environment:
+
 ```sh
-uv pip install pytest pytest-asyncio httpx
+uv pip install "factstream[testing]"      # or: pip install "factstream[testing]"
 pytest
 ```
 

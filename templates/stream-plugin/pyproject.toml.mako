@@ -16,8 +16,10 @@ ${name} = "${package}"
 factstream = { workspace = true }
 
 % endif
+# The tests' tools: factstream's testing extra (pytest, pytest-asyncio, httpx), then linters.
+# uv sync installs the group; with uv pip or pip: uv pip install "factstream[testing]"
 [dependency-groups]
-dev = ["pytest>=8", "pytest-asyncio>=0.24", "httpx>=0.27", "ruff>=0.6", "mypy>=1.11"]
+dev = ["factstream[testing]", "ruff>=0.6", "mypy>=1.11"]
 
 [build-system]
 requires = ["hatchling>=1.25"]

@@ -3,12 +3,14 @@
 The first test runs each combination of ``new-stream``'s options through the generated tests in this
 environment (the generated conftest installs the project through its entry point for the run). The
 second builds a fresh virtual environment as a plugin author would (``uv venv``, ``uv pip install -e``),
-with two generated plugins installed next to factstream, and runs everything there.
+with two generated plugins installed next to factstream and the test tools their README names
+(``factstream[testing]``), and runs everything there.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from factstream.scaffold import StreamPlugin, write_plugin
-from factstream.testing import connect
+from factstream.testing import HostCluster, connect
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,8 +86,16 @@ def test_two_plugins_installed_in_a_fresh_environment_migrate_replicate_and_pass
         env=env,
     )
     likes, reactions = tmp_path / "factstream-likes", tmp_path / "factstream-reactions"
-    tools = ["pytest>=8", "pytest-asyncio>=0.24", "httpx>=0.27", "mypy>=1.11"]
-    run([uv, "pip", "install", "-q", "--python", python, "-e", str(likes), "-e", str(reactions), *tools], tmp_path, env)
+    run(
+        [uv, "pip", "install", "-q", "--python", python, "-e", str(likes), "-e", str(reactions), "mypy>=1.11"],
+        tmp_path,
+        env,
+    )
+    # The tests' tools, installed as the generated README says (factstream's testing extra), and nothing else.
+    readme = (likes / "README.md").read_text()
+    command = re.search(r"^## Test\n.*?```sh\n(uv pip install [^\n#]+?)\s*(#[^\n]*)?\n", readme, re.M | re.S)
+    assert command is not None and "factstream[testing]" in command.group(1), readme
+    run(["bash", "-c", command.group(1)], cwd=likes, env=env)
 
     listed = run(["factstream", "plugins"], cwd=tmp_path, env=env)
     for name in ("likes", "reactions"):
@@ -129,3 +139,30 @@ def test_workspace_puts_the_plugin_in_the_checkout_and_its_uv_workspace(run_cli,
     assert run_cli("new-stream", "clicks", "--workspace", cwd=checkout).returncode == 0
     assert 'members = ["plugins/*"]\n' in (checkout / "pyproject.toml").read_text()
     assert (checkout / "plugins" / "clicks" / "pyproject.toml").is_file()
+
+
+def test_a_missing_httpx_is_named_with_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "httpx", None)  # as if not installed
+    cluster = HostCluster(tmp_path, database=lambda: "postgresql:///unused")
+    with pytest.raises(ModuleNotFoundError, match=re.escape('uv pip install "factstream[testing]"')):
+        cluster.client("main")
+
+
+def test_without_pytest_asyncio_host_cluster_says_what_to_install(tmp_path):
+    """pytest-asyncio blocked (``-p no:asyncio``) and unimportable: the fixture fails with the fix."""
+    shadow = tmp_path / "shadow"
+    (shadow / "pytest_asyncio").mkdir(parents=True)
+    (shadow / "pytest_asyncio" / "__init__.py").write_text("raise ImportError('pytest-asyncio is not installed')\n")
+    (tmp_path / "test_uses_cluster.py").write_text("def test_it(host_cluster):\n    pass\n")
+    env = {**os.environ, "PYTHONPATH": str(shadow)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:asyncio", "-p", "no:cacheprovider", "test_uses_cluster.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "the host_cluster fixture is async and needs pytest-asyncio" in done.stdout, done.stdout
+    assert 'uv pip install "factstream[testing]"' in done.stdout, done.stdout

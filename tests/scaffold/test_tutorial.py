@@ -6,13 +6,15 @@ are its expected output, stdout and stderr merged. A line that is only ``...`` m
 lines.
 
 All commands run in one ``bash`` process, so ``cd``, background jobs, ``$!`` and heredocs work as in a
-terminal. It starts in an empty directory (shown as ``/home/you``), with a fresh virtual environment that
-has factstream installed editable from this checkout first on ``PATH``. The commands use a fresh
-database of the test server through ``FACTSTREAM_DATABASE__URL`` instead of the embedded PostgreSQL;
-the generated plugin's own tests get the server through ``FACTSTREAM_TEST_DATABASE_URL``, and a pytest
-temporary root of their own (``PYTEST_DEBUG_TEMPROOT``). The tutorial's ports (8008, 8009, 9092) are
-replaced by free ones in the commands and the expected output. Whatever the commands leave running is
-killed at the end (bash and its jobs share a process group).
+terminal. It starts in an empty directory (shown as ``/home/you``), in the environment a reader has after
+the README's ``./dev`` and ``. .venv/bin/activate`` (factstream, the bundled plugins and the dev tools,
+from this checkout; made by ``./dev bootstrap`` with ``UV_PROJECT_ENVIRONMENT`` naming a new directory).
+The commands use a fresh database of the test server through ``FACTSTREAM_DATABASE__URL`` instead of the
+embedded PostgreSQL; the generated plugin's own tests get the server through
+``FACTSTREAM_TEST_DATABASE_URL``, and a pytest temporary root of their own (``PYTEST_DEBUG_TEMPROOT``).
+The tutorial's ports (8008, 8009, 9092) are replaced by free ones in the commands and the expected
+output. Whatever the commands leave running is killed at the end (bash and its jobs share a process
+group).
 
 Before comparing, both sides are normalised: the temporary directory becomes ``/home/you``; alembic
 revision IDs, dates, times and durations become placeholders; runs of spaces and of table rules
@@ -30,8 +32,8 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -242,12 +244,18 @@ def test_the_tutorial_does_what_it_shows(tmp_path, factstream_server_url, fresh_
         # runs as another user (as it does under root) and keeps its data there.
         PYTEST_DEBUG_TEMPROOT=str(pytest_temp),
     )
-    for args in (
-        [uv, "venv", "-q", "--python", sys.executable, str(venv)],
-        [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "-e", str(ROOT)],
-    ):
-        done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}{done.stderr}"
+    # The reader's environment: what the README's ./dev makes (here `./dev bootstrap` into a new
+    # environment instead of the checkout's .venv), activated.
+    bootstrap = [str(ROOT / "dev"), "bootstrap"]
+    done = subprocess.run(
+        bootstrap,
+        cwd=tmp_path,
+        env={**env, "UV_PROJECT_ENVIRONMENT": str(venv)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, f"./dev bootstrap failed:\n{done.stdout}{done.stderr}"
 
     script = tmp_path / "tutorial.sh"
     script.write_text(build_script([Step(replace_ports(s.command, mapping), s.expected, s.line) for s in steps]))
@@ -302,3 +310,30 @@ def test_the_tutorial_does_what_it_shows(tmp_path, factstream_server_url, fresh_
         pytest.fail(
             "docs/tutorial.md does not match what its commands print:\n\n" + "\n\n".join(failures), pytrace=False
         )
+
+
+# -- the tutorial's shown outputs against the reader's environment, without running it -----------------
+
+
+def test_the_tutorial_lists_the_plugins_of_the_readers_environment():
+    """`factstream plugins` in the tutorial shows the core, ``likes`` and every plugin of the workspace,
+    which the README's ./dev installs (a new bundled plugin must appear there too)."""
+    bundled = set()
+    for project in sorted((ROOT / "plugins").glob("*/pyproject.toml")):
+        bundled |= set(tomllib.loads(project.read_text())["project"]["entry-points"]["factstream"])
+    step = next(s for s in parse_steps(TUTORIAL.read_text(encoding="utf-8")) if s.command == "factstream plugins")
+    shown = {line.split("│")[1].strip() for line in step.expected if line.startswith("│")}
+    assert shown == {"factstream (core)", "likes", *bundled}, f"docs/tutorial.md:{step.line}"
+
+
+def test_each_since_in_the_tutorial_is_the_next_batch_shown_before_it():
+    tokens: list[str] = []
+    for step in parse_steps(TUTORIAL.read_text(encoding="utf-8")):
+        for since in re.findall(r"[?&]since=([^&\"\s]+)", step.command):
+            assert tokens, f"docs/tutorial.md:{step.line}: since={since} before any next_batch"
+            assert since == tokens[-1], f"docs/tutorial.md:{step.line}: since={since}, the last next_batch {tokens[-1]}"
+        tokens += re.findall(r'"next_batch":"([^"]+)"', "\n".join(step.expected))
+    assert len(tokens) >= 2, tokens
+    # One part per synced stream: the same number in every token, more than one with the bundled plugins.
+    assert len({len(token.split("_")) for token in tokens}) == 1, tokens
+    assert len(tokens[0].split("_")) > 1, tokens

@@ -81,7 +81,7 @@ from factstream.db.engine import libpq_url
 from factstream.db.metadata import metadata
 from factstream.plugin.manager import PluginHost, PluginSelection, load_plugins
 from factstream.testing.helpers import free_port, read_json_lines, until, wait_until
-from factstream.testing.hosts import HostCluster
+from factstream.testing.hosts import INSTALL_TESTING, HostCluster
 from factstream.testing.processes import FactstreamProcess, ProcessCluster, RedisServer, TcpProxy
 
 try:
@@ -397,9 +397,17 @@ def database_with(plugin_installer: PluginInstaller, fresh_database: str) -> Dat
 
 
 def _async_fixture(fn: Callable[..., AsyncIterator[HostCluster]]) -> Any:
-    """An async generator fixture, in pytest-asyncio's strict mode too."""
+    """An async generator fixture, in pytest-asyncio's strict mode too; without pytest-asyncio, a fixture
+    that fails the test saying what to install (instead of handing it an async generator)."""
     if pytest_asyncio is None:
-        return pytest.fixture(fn)
+
+        def missing() -> None:
+            pytest.fail(
+                f"the {fn.__name__} fixture is async and needs pytest-asyncio, which is not installed. "
+                + INSTALL_TESTING
+            )
+
+        return pytest.fixture(name=fn.__name__)(missing)
     return pytest_asyncio.fixture(fn)
 
 

@@ -26,6 +26,12 @@ from factstream.host.app import Host
 from factstream.plugin.manager import PluginHost, load_plugins
 from factstream.testing.helpers import free_port, merge_config, until
 
+#: What to do when a test tool that factstream.testing uses is missing.
+INSTALL_TESTING = (
+    "Install factstream's testing extra (pytest, pytest-asyncio, httpx) in this environment: "
+    'uv pip install "factstream[testing]" (or pip install "factstream[testing]")'
+)
+
 if TYPE_CHECKING:
     import httpx
 
@@ -217,7 +223,12 @@ class HostCluster:
         Requests go straight to the host's ASGI application in this process (no socket, no port);
         responses are the API's own. The client is closed with the cluster. Needs ``httpx``.
         """
-        import httpx
+        try:
+            import httpx
+        except ModuleNotFoundError as missing:
+            raise ModuleNotFoundError(
+                f"host_cluster.client needs httpx, which is not installed. {INSTALL_TESTING}", name="httpx"
+            ) from missing
 
         target = self[host] if isinstance(host, str) else host
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
