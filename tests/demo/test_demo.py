@@ -249,13 +249,17 @@ def interrupt(proc: subprocess.Popen[str], lines: list[str]) -> str:
 
 
 def test_ctrl_c_stops_everything(copy: Copy, full_run: Run) -> None:
-    """SIGINT once the instances started: exit 130, the instances and the embedded server stopped."""
-    with demo_process(copy, "--no-export") as (proc, lines):
+    """SIGINT once the instances started (Spark is starting meanwhile): exit 130, the instances, Spark's
+    JVM and the embedded server stopped."""
+    with demo_process(copy) as (proc, lines):
+        spark = int(wait_for_line(proc, r"Spark starting .*process group (\d+)", lines).group(1))
         m = wait_for_line(proc, STARTED.pattern, lines)
         output = interrupt(proc, lines)
     assert proc.returncode == 130, output
     assert "interrupted" in output and "Traceback" not in output
-    assert_nothing_left(copy, [int(m.group(1)), int(m.group(2))])
+    assert_nothing_left(copy, [int(m.group(1)), int(m.group(2)), spark])
+    with pytest.raises(ProcessLookupError):
+        os.killpg(spark, 0)
 
 
 def curl_request(command: str) -> urllib.request.Request:

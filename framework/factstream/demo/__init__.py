@@ -85,6 +85,7 @@ class Demo:
         self.step(f"configuration written to {c.config_path}")
         if self.export_wanted:
             self.start_export()
+            self.step(f"Spark starting for the export, in the background (process group {self.export_pgid})")
         with self.out.status("starting main and worker..."):
             c.start()
         self.step(
