@@ -2,8 +2,9 @@
 defaults, no ``FACTSTREAM_*`` variables, no configuration file, the state directory inside the copy.
 
 One full run (story and Spark export) is shared by the assertions on what the story guarantees; the
-Ctrl-C and ``--keep-running`` tests then run the demo again in the same copy (so a second run, on the
-database the first one left, is exercised too) without the export.
+Ctrl-C and ``--keep-running`` tests (the latter without the export) then run the demo again in the
+same copy, so a second and a third run, on the database and export the first one left, are exercised
+too.
 """
 
 from __future__ import annotations
@@ -248,7 +249,8 @@ def interrupt(proc: subprocess.Popen[str], lines: list[str]) -> str:
     return "".join(lines) + rest
 
 
-def test_ctrl_c_stops_everything(copy: Copy, full_run: Run) -> None:
+@pytest.mark.spark
+def test_ctrl_c_stops_everything(copy: Copy) -> None:
     """SIGINT once the instances started (Spark is starting meanwhile): exit 130, the instances, Spark's
     JVM and the embedded server stopped."""
     with demo_process(copy) as (proc, lines):
@@ -281,7 +283,7 @@ def curl_request(command: str) -> urllib.request.Request:
     return urllib.request.Request(url, data=data, method=method, headers=headers)
 
 
-def test_keep_running_serves_the_printed_commands(copy: Copy, full_run: Run) -> None:
+def test_keep_running_serves_the_printed_commands(copy: Copy) -> None:
     with demo_process(copy, "--keep-running", "--no-export") as (proc, lines):
         m = wait_for_line(proc, STARTED.pattern, lines)
         sync = wait_for_line(proc, r"^(curl .*/sync\?.*)$", lines).group(1)
