@@ -523,11 +523,29 @@ def run_command(
 
 
 @app.command("demo")
-def demo_command() -> None:
-    """Run the demo on the embedded defaults: database, migrations, plugins and stream positions."""
+def demo_command(
+    keep_running: Annotated[
+        bool,
+        typer.Option(
+            "--keep-running",
+            help="Leave main and worker up after the story and print curl commands to try; Ctrl-C stops them.",
+        ),
+    ] = False,
+    export: Annotated[
+        bool, typer.Option("--export/--no-export", help="End with the Spark export of every stream to Parquet.")
+    ] = True,
+) -> None:
+    """Run the main job on the embedded defaults: a main and a worker replicating over TCP, a story through the HTTP API shown live, a Spark export of every stream.
+
+    It writes under STATE_DIR/demo/ (configuration, logs, exports/, summary.json) and remakes the database factstream_demo on the embedded PostgreSQL each run. Ctrl-C stops everything (exit 130).
+    """  # noqa: E501 - one line per paragraph, so that --help wraps it to the terminal
     from factstream.demo import run_demo
 
-    run_demo(state, out)
+    try:
+        run_demo(state.settings.state_dir, state.plugins, out, keep_running=keep_running, export=export)
+    except KeyboardInterrupt:
+        err.print("interrupted: the demo's processes are stopped")
+        raise typer.Exit(130) from None
 
 
 # -- export ------------------------------------------------------------------------------------------

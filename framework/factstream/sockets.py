@@ -50,3 +50,10 @@ def nodelay(target: asyncio.BaseTransport | socket.socket | Any) -> bool:
     if sock is None:
         return False
     return bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (at the time of the call)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

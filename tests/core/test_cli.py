@@ -100,14 +100,3 @@ def test_help_lists_every_builtin_command(run_cli):
     migrate_help = run_cli("migrate", "--help").stdout
     for sub in ("status", "down", "new", "detach"):
         assert re.search(rf"│ {sub}\s", migrate_help), sub
-
-
-def test_demo_runs_on_a_configured_database(fresh_database, run_cli, plugin_installer, notes_project):
-    plugin_installer.from_project(notes_project)
-    env = dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database)
-
-    result = run_cli("demo", env=env)
-
-    assert result.returncode == 0, result.stderr
-    assert "migrated 2 branch(es): factstream@fs_core_0004, notes@notes_0001" in result.stdout
-    assert re.search(r"notes\s+│\s+main\s+│\s+-", result.stdout)

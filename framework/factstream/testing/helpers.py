@@ -11,18 +11,12 @@ import asyncio
 import contextlib
 import inspect
 import json
-import socket
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on (at the time of the call)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from factstream.sockets import free_port as free_port
 
 
 def _timed_out(what: str, timeout: float, detail: Callable[[], str] | None) -> AssertionError:
