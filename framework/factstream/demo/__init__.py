@@ -202,8 +202,12 @@ class Demo:
             first = next((e for e in exports if e["stream"] == "events"), exports[0])
             where = Path(first["output"]).parent
             out.print(f"Parquet files: {where}/<job>/export_range=<from>-<upto>/part-*.parquet", **PLAIN)
-            out.print("read them with pandas (or Spark):", **PLAIN)
-            out.print(f"  python -c 'import pandas; print(pandas.read_parquet(\"{first['output']}\"))'", **PLAIN)
+            out.print("read them with pyarrow (installed with factstream), pandas or Spark:", **PLAIN)
+            out.print(
+                f"  python -c 'import pyarrow.parquet as pq; print(pq.read_table(\"{first['output']}\").to_pylist())'",
+                **PLAIN,
+            )
+            out.print(f'  pandas.read_parquet("{first["output"]}")', **PLAIN)
             out.print(f'  spark.read.parquet("{first["output"]}").show()', **PLAIN)
         data = {
             "checks": checks,
