@@ -23,6 +23,9 @@ from factstream.config import Settings, load_config
 from factstream.errors import FactstreamError, PluginError
 from factstream.plugin.manager import PluginHost, load_plugins
 
+#: The exit code of an interrupted command (Ctrl-C), after one line on stderr: ``interrupted``.
+INTERRUPTED = 130
+
 BUILTIN_COMMANDS = frozenset({"plugins", "migrate", "demo", "run", "export", "new-stream"})
 
 out = Console()
@@ -296,8 +299,7 @@ def run_command(
     err.print(f"factstream instance [bold]{settings.instance_name}[/bold] starting{serving}", highlight=False)
     asyncio.run(host.run_until_stopped())
     if host.stop_signal is signal.SIGINT:
-        err.print("interrupted")
-        raise typer.Exit(130)
+        raise typer.Exit(INTERRUPTED)
 
 
 # -- demo --------------------------------------------------------------------------------------------
@@ -428,11 +430,13 @@ def main(argv: list[str] | None = None) -> None:
     except FactstreamError as exc:
         err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
-    except SystemExit:
+    except SystemExit as exc:
+        if exc.code == INTERRUPTED:  # typer turns a command's KeyboardInterrupt into Exit(130), silently
+            err.print("interrupted")
         raise
     except KeyboardInterrupt:
         err.print("interrupted")
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except Exception as exc:
         if debug:
             raise
