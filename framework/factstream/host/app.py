@@ -305,8 +305,12 @@ class Host:
         if not starting.done():
             log.info("stopped by %s while starting", self.stop_signal.name if self.stop_signal else "a signal")
             starting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await starting
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # a step may turn the cancellation into its own error (psycopg does)
+                log.info("the interrupted start ended with an error", exc_info=True)
             await self._stop_quietly()
             return
         if starting.exception() is not None:
