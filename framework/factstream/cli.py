@@ -23,6 +23,9 @@ from factstream.config import Settings, load_config
 from factstream.errors import FactstreamError, PluginError
 from factstream.plugin.manager import PluginHost, load_plugins
 
+#: The exit code of an interrupted command (Ctrl-C), after one line on stderr: ``interrupted``.
+INTERRUPTED = 130
+
 BUILTIN_COMMANDS = frozenset({"plugins", "migrate", "demo", "run", "export", "new-stream", "tokens"})
 
 out = Console()
@@ -498,8 +501,13 @@ def run_command(
         ),
     ] = None,
 ) -> None:
-    """Run one instance: streams, replication, plugins and the HTTP API, until Ctrl-C or SIGTERM."""
+    """Run one instance: streams, replication, plugins and the HTTP API, until Ctrl-C or SIGTERM.
+
+    Exit codes: 0 when stopped by SIGTERM, 130 by Ctrl-C (SIGINT), 2 when the start fails (the error
+    in one paragraph, after everything it had opened is closed).
+    """
     import asyncio
+    import signal
 
     from factstream.host.app import Host
 
@@ -517,6 +525,8 @@ def run_command(
     serving = f", HTTP API on http://{endpoint[0]}:{endpoint[1]}" if endpoint else ", no HTTP API"
     err.print(f"factstream instance [bold]{settings.instance_name}[/bold] starting{serving}", highlight=False)
     asyncio.run(host.run_until_stopped())
+    if host.stop_signal is signal.SIGINT:
+        raise typer.Exit(INTERRUPTED)
 
 
 # -- demo --------------------------------------------------------------------------------------------
@@ -554,7 +564,8 @@ def demo_command(
 @app.command("export")
 def export_command(
     jobs: Annotated[
-        list[str] | None, typer.Argument(help="Export job names (registered by plugins; see docs/export.md).")
+        list[str] | None,
+        typer.Argument(help="Export job names (registered by plugins; see docs/export.md); none: list the jobs."),
     ] = None,
     all_jobs: Annotated[bool, typer.Option("--all", help="Run every registered export job.")] = False,
     master: Annotated[
@@ -575,7 +586,9 @@ def export_command(
     """Export streams to Parquet with Spark: each job's facts from its checkpoint up to the stream's watermark.
 
     Output goes to OUTPUT/JOB/export_range=FROM-UPTO/, written to a staging directory and committed before
-    the job's checkpoint moves, so an interrupted export rerun writes every fact exactly once.
+    the job's checkpoint moves, so an interrupted export rerun writes every fact exactly once. Without a job
+    (and without --all), lists the jobs: stream, checkpoint, watermark and how many facts wait. Jobs with
+    nothing new are answered without starting Spark. Ctrl-C or SIGTERM stops Spark, exit code 130.
     """
     from factstream.export.command import run_export
 
@@ -667,11 +680,13 @@ def main(argv: list[str] | None = None) -> None:
     except FactstreamError as exc:
         err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
-    except SystemExit:
+    except SystemExit as exc:
+        if exc.code == INTERRUPTED:  # typer turns a command's KeyboardInterrupt into Exit(130), silently
+            err.print("interrupted")
         raise
     except KeyboardInterrupt:
         err.print("interrupted")
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except Exception as exc:
         if debug:
             raise

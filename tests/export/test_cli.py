@@ -31,6 +31,17 @@ def _checkpoints(url: str) -> list[tuple[str, int]]:
         return [(r[0], r[1]) for r in conn.execute("SELECT job, upto FROM export_checkpoints ORDER BY job")]
 
 
+def insert_facts(url: str, facts: int) -> None:
+    """Store ``facts`` ledger credits at positions 2 to ``facts + 1``."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO ledger_credits SELECT g, 'w', 'acc' || (g %% 7), g, repeat('x', 40)"
+            " FROM generate_series(2, %s) AS g",
+            (facts + 1,),
+        )
+        conn.execute("SELECT setval('ledger_seq', %s)", (facts + 1,))
+
+
 def _one_paragraph_error(result) -> None:
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error:")
@@ -92,13 +103,7 @@ def test_export_killed_during_the_write_and_rerun_writes_each_fact_once(run_cli,
     import time
 
     facts = 400_000
-    with psycopg.connect(libpq_url(export_db), autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO ledger_credits SELECT g, 'w', 'acc' || (g %% 7), g, repeat('x', 40)"
-            " FROM generate_series(2, %s) AS g",
-            (facts + 1,),
-        )
-        conn.execute("SELECT setval('ledger_seq', %s)", (facts + 1,))
+    insert_facts(export_db, facts)
     out = tmp_path / "out"
     out.mkdir()
     args = [sys.executable, "-m", "factstream", "export", "ledger_raw", "--master", "local[2]", "--output", str(out)]

@@ -13,8 +13,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from factstream.export.plan import ExportError
+from factstream.export.interrupt import spark_stopped_on_exit
+from factstream.export.plan import ExportError, StreamPlan, plans_for
+from factstream.export.read import connect
 from factstream.export.runner import ExportResult, ExportRunner, select_jobs
+from factstream.export.session import check_master
+from factstream.export.status import job_status, up_to_date
+from factstream.plugin.specs import ExportJobSpec
 
 
 def resolve_output(output: str | None, state_dir: Path) -> str:
@@ -57,40 +62,96 @@ def run_export(
     full: bool = False,
     conf: Sequence[str] = (),
 ) -> list[ExportResult]:
-    """Run the chosen jobs (see ``factstream export --help``); returns what each did."""
+    """Run the chosen jobs (see ``factstream export --help``); returns what each did.
+
+    With neither job names nor ``all_jobs``, lists the jobs instead. Jobs with nothing to do are
+    answered from PostgreSQL without starting Spark; when none has anything to do, no JVM starts.
+    """
     from factstream.db.engine import check_database, database_url
-    from factstream.export.session import build_session, check_master
 
     plugins = state.plugins
-    selected = select_jobs(plugins.registry, jobs, all_jobs)
     settings = state.settings
+    if not jobs and not all_jobs:
+        url = database_url(settings)
+        check_database(url, settings.database.connect_timeout)
+        console.print(job_table(plugins.registry, url))
+        return []
+    selected = select_jobs(plugins.registry, jobs, all_jobs)
     spark_conf = parse_conf(conf)
     root = resolve_output(output, settings.state_dir)
     check_master(master)
     url = database_url(settings)
     check_database(url, settings.database.connect_timeout)
-
-    spark = build_session(master, conf=spark_conf)
-    results: list[ExportResult] = []
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    try:
+    done = {} if full else _up_to_date(plugins.registry, url, root, selected)
+    results = [done[job.name] for job in selected if job.name in done]
+    remaining = [job for job in selected if job.name not in done]
+    if not remaining:
+        console.print(summary(results))
+        return results
+    with spark_stopped_on_exit() as sessions:
+        spark = sessions.start(master, spark_conf)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=progress_console, transient=True) as bar:
-            tasks = {job.name: bar.add_task(f"export {job.name}", total=None) for job in selected}
+            tasks = {job.name: bar.add_task(f"export {job.name}", total=None) for job in remaining}
 
             def report(name: str, done: int, total: int) -> None:
                 bar.update(tasks[name], completed=done, total=total)
 
             runner = ExportRunner(spark, plugins, url, root, progress=report)
             try:
-                for job in selected:
+                for job in remaining:
                     results.append(runner.run(job, full=full))
                     bar.update(tasks[job.name], completed=1, total=1)
             finally:
                 if results:
                     console.print(summary(results))
-    finally:
-        spark.stop()
     return results
+
+
+def _plans(registry: Any) -> dict[str, StreamPlan | str]:
+    return plans_for([r.spec for r in registry.streams])
+
+
+def _up_to_date(registry: Any, url: str, root: str, jobs: Sequence[ExportJobSpec]) -> dict[str, ExportResult]:
+    """The jobs with nothing to do, answered without Spark (see :mod:`factstream.export.status`)."""
+    plans = _plans(registry)
+    found = {}
+    with connect(url) as conn:
+        for job in jobs:
+            plan = plans.get(job.stream)
+            if isinstance(plan, StreamPlan):
+                result = up_to_date(conn, job.name, plan, root)
+                if result is not None:
+                    found[job.name] = result
+    return found
+
+
+def job_table(registry: Any, url: str) -> Table | str:
+    """``factstream export`` without a job: every registered job, its checkpoint and what waits."""
+    names = sorted(registry.export_jobs.names())
+    if not names:
+        return "No export jobs are registered: no installed plugin registers one."
+    plans = _plans(registry)
+    table = Table(title="export jobs (run: factstream export JOB ... or --all)")
+    for col in ("job", "stream", "checkpoint", "watermark", "pending", "output"):
+        table.add_column(col, justify="right" if col in ("checkpoint", "watermark", "pending") else "left")
+    with connect(url) as conn:
+        for name in names:
+            job = registry.export_jobs.get(name)
+            plan = plans.get(job.stream)
+            if not isinstance(plan, StreamPlan):
+                table.add_row(name, job.stream, "", "", "", plan or "stream not registered")
+                continue
+            st = job_status(conn, name, plan)
+            table.add_row(
+                name,
+                st.stream,
+                "never ran" if st.checkpoint is None else str(st.checkpoint),
+                str(st.watermark),
+                "?" if st.pending is None else f"{st.pending:,}",
+                st.output or "",
+            )
+    return table
 
 
 def summary(results: Sequence[ExportResult]) -> Table:

@@ -78,6 +78,9 @@ class Host:
         self.local_rows: LocalRows | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
+        self._plugins_started = False
+        #: The signal that stopped :meth:`run_until_stopped` (``None`` until one did).
+        self.stop_signal: signal.Signals | None = None
 
     # -- access for the core (plugins get ``api``) ----------------------------------------------------
 
@@ -169,6 +172,7 @@ class Host:
         self.streamer.start()
         self.sync.start()
         self._tasks.append(asyncio.get_running_loop().create_task(self._check_retired(), name="retired-writers"))
+        self._plugins_started = True  # a plugin whose startup hook ran gets its shutdown hook
         await self.plugins.startup(self._api)
         self.app = self.build_app()
         endpoint = settings.http_endpoint()
@@ -248,8 +252,9 @@ class Host:
         self._tasks.clear()
         if self._api is not None:
             await self._api.cancel_tasks()
-            for error in await self.plugins.shutdown(self._api):
-                log.error("%s", error)
+            if self._plugins_started:
+                for error in await self.plugins.shutdown(self._api):
+                    log.error("%s", error)
         if self.local_rows is not None:
             await self.local_rows.close()
         if self.sync is not None:
@@ -270,18 +275,61 @@ class Host:
         self._stopped.set()
 
     async def run_until_stopped(self) -> None:
-        """Start, serve until SIGINT/SIGTERM, stop."""
+        """Start, serve until SIGINT/SIGTERM, stop (:attr:`stop_signal` says which signal it was).
+
+        A signal during start-up stops the start where it is. A start that fails (or is stopped)
+        closes what it had opened before the error propagates: the database pool's connection
+        attempts, the ID generators' leases, the transport and the plugins' tasks would otherwise be
+        left to ``asyncio.run``, which cancels them and then waits for them forever if one of them
+        does not end on cancellation (the pool's reconnection attempt, which psycopg turns into an
+        ``OperationalError`` and reschedules).
+        """
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
+
+        def on_signal(sig: signal.Signals) -> None:
+            self.stop_signal = self.stop_signal or sig
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, stop.set)
-        await self.start()
+                loop.add_signal_handler(sig, on_signal, sig)
+        starting = loop.create_task(self.start(), name="host-start")
+        stopping = loop.create_task(stop.wait(), name="host-stop-signal")
+        try:
+            await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            starting.cancel()
+            stopping.cancel()
+            raise
+        if not starting.done():
+            log.info("stopped by %s while starting", self.stop_signal.name if self.stop_signal else "a signal")
+            starting.cancel()
+            try:
+                await starting
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # a step may turn the cancellation into its own error (psycopg does)
+                log.info("the interrupted start ended with an error", exc_info=True)
+            await self._stop_quietly()
+            return
+        if starting.exception() is not None:
+            stopping.cancel()
+            await self._stop_quietly()
+            starting.result()  # raises the start's error
         freeze_startup_heap()
         try:
-            await stop.wait()
+            await stopping
         finally:
             await self.stop()
+
+    async def _stop_quietly(self) -> None:
+        """:meth:`stop` after a failed or interrupted start: its own errors are logged, not raised, so
+        that the start's error is the one reported."""
+        try:
+            await self.stop()
+        except Exception:
+            log.warning("closing after a failed start failed", exc_info=True)
 
 
 def freeze_startup_heap() -> None:
