@@ -108,12 +108,23 @@ def test_embedded_server_is_shared_within_a_process(tmp_path):
 
 
 def test_embedded_server_failure_is_reported_with_the_log(tmp_path):
-    state = tmp_path / "state"
-    (state / "postgres").mkdir(parents=True)
-    (state / "postgres" / "PG_VERSION").write_text("not a data directory")
+    """A data directory that looks complete but cannot run (garbage where PostgreSQL's files should be) is
+    not rebuilt (it may hold data): the start fails naming the directory and the end of the server's log."""
+    from factstream.db.embedded import COMPLETE_MARKERS
 
-    with pytest.raises(DatabaseError, match=r"the embedded PostgreSQL could not start under .*Its log is"):
+    state = tmp_path / "state"
+    pgdata = state / "postgres"
+    for marker in COMPLETE_MARKERS:
+        path = pgdata / marker
+        if "." in marker or marker == "PG_VERSION" or marker.endswith("pg_control"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("not a data directory")
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+
+    with pytest.raises(DatabaseError, match=r"the embedded PostgreSQL could not start under .*(log|no log)"):
         start_embedded(state)
+    assert (pgdata / "PG_VERSION").read_text() == "not a data directory"
 
 
 async def test_execute_and_commit_commits_with_the_last_statement(fresh_database):

@@ -100,7 +100,8 @@ def start_embedded(state_dir: Path) -> str:
         raise
     except Exception as exc:
         raise DatabaseError(
-            f"the embedded PostgreSQL could not start under {str(pgdata)!r}: {type(exc).__name__}: {exc}."
+            f"the embedded PostgreSQL could not start under {str(pgdata)!r}: "
+            f"{type(exc).__name__}: {str(exc).rstrip('.')}."
             f"{_log_tail(pgdata / 'log')} Set database.url to use another server."
         ) from exc
     atexit.register(_leave, pgdata)  # runs before the wheel's own exit hook (registered earlier)
