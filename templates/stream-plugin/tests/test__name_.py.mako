@@ -61,7 +61,7 @@ def test_factstream_finds_the_plugin_through_its_entry_point(plugin_env: dict[st
 
 def test_the_migrations_go_up_and_down(plugin_env: dict[str, str], fresh_database: str, tmp_path: Path) -> None:
     env = {**plugin_env, "FACTSTREAM_DATABASE__URL": fresh_database}
-    for step in (["migrate"], ["migrate", "down", "--plugin", STREAM], ["migrate"]):
+    for step in (["migrate"], ["migrate", "down", "--plugin", STREAM, "--yes"], ["migrate"]):
         done = factstream_command(*step, env=env, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         assert table_exists(fresh_database, STREAM) == (step == ["migrate"]), " ".join(step)
