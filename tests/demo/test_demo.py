@@ -196,7 +196,7 @@ class TestFullRun:
         assert set(ids) == set(rec["room_event_ids"]) | {rec["redaction_event_id"]}
         assert max(r["stream_id"] for r in rows) == main["events"]["main"]
         account = exported(copy, "demo_account_data")
-        assert sorted(r["stream_id"] for r in account) == rec["account_data_stream_ids"]
+        assert sorted(r["stream_id"] for r in account) == rec["account_data_positions"]
         # to-device messages live until acknowledged: the phone's was, the laptop's waits
         assert rec["to_device_stored"] == 2 and len(exported(copy, "demo_to_device")) == 1
         jobs = {e["job"]: e["rows"] for e in summary["exports"]}

@@ -295,6 +295,7 @@ def _server_user(directory: Path, bin_path: Path) -> str | None:
 
     ensure_user_exists(ROOT_SERVER_USER)
     ensure_prefix_permissions(directory)
+    ensure_prefix_permissions(bin_path)  # the binaries may live under a private directory (a venv in a 0700 tmp)
     readable = stat.S_IRGRP | stat.S_IROTH
     ensure_folder_permissions(bin_path, stat.S_IXGRP | stat.S_IXOTH | readable)
     ensure_folder_permissions(bin_path.parent / "lib", readable)

@@ -49,7 +49,7 @@ class Record:
     redaction_event_id: str = ""
     redacted_content_seen_by_bob: Any = None
     to_device_stored: int = 0
-    account_data_stream_ids: list[int] = field(default_factory=list)
+    account_data_positions: list[int] = field(default_factory=list)
     #: Every event of the room (alice's /messages on main at the end), oldest first.
     room_event_ids: list[str] = field(default_factory=list)
     next_batch: str = ""
@@ -252,7 +252,7 @@ class Story:
         for theme in ("dark", "light"):
             started = time.monotonic()
             put = self.bob.put(path("user", user_id("bob"), "account_data", "m.demo.theme"), {"theme": theme})
-            rec.account_data_stream_ids.append(int(put["stream_id"]))
+            rec.account_data_positions.append(int(put["stream_id"]))
             self.expect(f"account_data:{put['stream_id']}", started)
             say(f"bob set his account data m.demo.theme to {theme!r}")
 
