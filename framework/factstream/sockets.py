@@ -52,8 +52,20 @@ def nodelay(target: asyncio.BaseTransport | socket.socket | Any) -> bool:
     return bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
 
 
+#: Ports :func:`free_port` has handed out in this process: the kernel may offer a port again as soon as
+#: the probing socket closes, and two ports asked for in a row (a main's replication port and a worker's
+#: HTTP port) must not be the same one before either is listened on.
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on (at the time of the call)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on (at the time of the call) and that no earlier call
+    in this process returned."""
+    for _ in range(1000):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise OSError("no free TCP port on 127.0.0.1 that was not handed out already")

@@ -84,3 +84,15 @@ async def test_main_stops_in_bounded_time_beside_a_peer_that_stopped_reading(hos
     await asyncio.wait_for(main.stop(), CLOSE_TIMEOUT + 20)
     assert loop.time() - started < CLOSE_TIMEOUT + 10
     writer.transport.abort()
+
+
+def test_free_port_never_hands_out_a_port_twice_in_one_process():
+    """Two ports asked for in a row (a main's replication port, a worker's HTTP port) are distinct even
+    when the kernel offers the same one again: a repeat once made a worker fail to listen."""
+    from factstream.sockets import free_port
+
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
+    for port in ports[-3:]:  # and each is free: it can be listened on
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))

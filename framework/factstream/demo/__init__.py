@@ -159,6 +159,7 @@ class Demo:
         if proc.returncode != 0:
             tail = "\n".join(self.export_log.read_text(errors="replace").splitlines()[-15:])
             raise DemoError(f"the export failed (status {proc.returncode}); the end of {self.export_log}:\n{tail}")
+        stop_group(proc, terminate=False)  # Spark's JVM leaves after its Python driver: wait for it
         self.export_proc = None
         self.plain(f"Spark export done in {time.monotonic() - started:.1f} s (Spark started during the story)")
         return [json.loads(line) for line in stdout.decode().splitlines() if line.startswith("{")]
@@ -266,11 +267,13 @@ class Demo:
         self.cluster.stop()
 
 
-def stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """Stop ``proc`` and everything in its process group (the export: Spark's JVM with it): SIGTERM, up
-    to 10 s for all of them to exit, then SIGKILL."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
+def stop_group(proc: subprocess.Popen[bytes], *, terminate: bool = True) -> None:
+    """Stop ``proc`` and everything in its process group (the export: Spark's JVM with it): SIGTERM
+    (unless ``terminate`` is false: they are leaving by themselves), up to 10 s for all of them to exit,
+    then SIGKILL. Returns once the group is empty."""
+    if terminate:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if proc.poll() is None:
@@ -284,6 +287,13 @@ def stop_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(5)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # killed ones are reaped by whoever adopted them
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 def run_demo(
