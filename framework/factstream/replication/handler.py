@@ -42,6 +42,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, cast
 
 from factstream.replication import wire
+from factstream.replication.links import StreamLag
 from factstream.replication.senders import Connection, Senders
 from factstream.replication.stream import ReplicatedStream, RowError
 from factstream.replication.waiters import PositionWaiters
@@ -129,6 +130,8 @@ class ReplicationHandler:
         self._capacity = asyncio.Event()
         self._capacity.set()
         self.senders = Senders(instance_name, self.streams)
+        #: Per (stream, writer): the newest position heard from that writer (POSITION or RDATA).
+        self.heard: dict[tuple[str, str], int] = {}
 
     # -- connections -------------------------------------------------------------------------------
 
@@ -170,6 +173,11 @@ class ReplicationHandler:
                 and stream.can_discard_position(cmd.instance_name, cmd.new_token)
             ):
                 return
+            token = cmd.new_token if kind is wire.PositionCommand else cmd.token  # type: ignore[union-attr]
+            if token is not None:
+                key = (cmd.stream_name, cmd.instance_name)
+                if token > self.heard.get(key, 0):
+                    self.heard[key] = token
             self._enqueue(conn, cmd)
         elif isinstance(cmd, wire.ReplicateCommand) and self.on_replicate is not None:
             self.on_replicate(conn)
@@ -196,6 +204,20 @@ class ReplicationHandler:
     async def check_position(self, conn: Connection, cmd: wire.PositionCommand) -> str | None:
         """See :meth:`Senders.check_position`."""
         return await self.senders.check_position(conn, cmd)
+
+    # -- lag ---------------------------------------------------------------------------------------
+
+    def lags(self) -> list[StreamLag]:
+        """How far this instance is behind each writer it heard of, per stream (see :class:`StreamLag`)."""
+        result = []
+        for (name, writer), heard in sorted(self.heard.items()):
+            stream = self.streams.get(name)
+            if stream is None or writer == self.instance_name:
+                continue
+            applied = stream.current_token(writer)
+            behind = max(0, heard - applied)
+            result.append(StreamLag(name, writer, max(heard, applied), applied, behind, 0.0))
+        return result
 
     def _enqueue(self, conn: Connection, cmd: wire.Command | RdataRun, weight: int = 1) -> None:
         name = cmd.stream_name  # type: ignore[union-attr]

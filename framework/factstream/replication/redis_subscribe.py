@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from factstream.config import Settings
 from factstream.replication import wire
 from factstream.replication.auth import ReplicationSecret
+from factstream.replication.links import LinkStats
 from factstream.replication.resp import RedisAddress, RespClient, RespError
 from factstream.replication.wire import ProtocolError, RdataRun, split_runs, uniform_run
 
@@ -118,6 +119,14 @@ class RedisSubscriber:
         self._me = settings.instance_name.encode("utf-8")
         self._announcement = MULTILINE + self._me
         self._secret = ReplicationSecret.from_settings(settings)
+        address = self.address
+        where = (
+            f"unix://{address.path}"
+            if address.path
+            else f"{'rediss' if address.tls else 'redis'}://{address.host}:{address.port}"
+        )
+        #: The one link (the connection pair), up while subscribed; its peer names the server, no password.
+        self.stats = LinkStats(peer=f"{where}/{address.db}", transport="redis", direction="outbound")
         #: Messages (or lines of signed messages) dropped: unsigned, wrongly signed, or not the signer's.
         self.unsigned = 0
         self._unsigned_logged = -60.0
@@ -143,6 +152,7 @@ class RedisSubscriber:
                 self.handler.new_connection(link)
                 await client.subscribe(self._channel, functools.partial(self._receive, client, link))
                 self.link = link
+                self.stats.connected()
                 self._forget_multiline()  # and announce ourselves, before REPLICATE: peers re-announce on it
                 self.send(wire.ReplicateCommand())
                 if self.on_connected is not None:
@@ -168,6 +178,7 @@ class RedisSubscriber:
                 log.warning("Redis subscription lost (%s); reconnecting in %.1fs", exc, delay)
             finally:
                 self.connected.clear()
+                self.stats.disconnected()
                 self._stop_packing()  # whoever subscribes meanwhile has not been counted
                 if link is not None:
                     self.handler.lost_connection(link)
@@ -177,6 +188,9 @@ class RedisSubscriber:
                     client.close()
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF)
+
+    def links(self) -> list[LinkStats]:
+        return [self.stats]
 
     def _receive(self, client: RespClient, link: RedisLink, replies: list[Any]) -> None:
         """Handle one read's messages, in order: own echoes dropped, RDATA in runs."""

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from factstream.replication import wire
 from factstream.replication.auth import ReplicationSecret
+from factstream.replication.links import RECENT_SECONDS, LinkStats
 from factstream.replication.tcp_connection import (
     CLOSE_TIMEOUT,
     DEFAULT_MAX_LINE,
@@ -100,6 +101,8 @@ class TcpServer:
         self.connections: set[TcpConnection] = set()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Inbound links closed recently, by peer (see :meth:`links`).
+        self._closed: dict[str, LinkStats] = {}
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
@@ -112,6 +115,8 @@ class TcpServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         set_nodelay(writer.transport)  # explicit, not left to how the listener was made (factstream.sockets)
         conn = self.link.connection(reader, writer, "server")
+        conn.stats = LinkStats(peer=conn.name, transport="tcp", direction="inbound")
+        conn.stats.connected()
         self.connections.add(conn)
         task = asyncio.current_task()
         if task is not None:
@@ -122,9 +127,28 @@ class TcpServer:
             await conn.run()
         finally:
             self.connections.discard(conn)
+            conn.stats.peer = conn.peer or conn.name
+            conn.stats.disconnected()
+            self._closed[conn.stats.peer] = conn.stats
             self.link.on_disconnect(conn)
             if task is not None:
                 self._tasks.discard(task)
+
+    def links(self) -> list[LinkStats]:
+        """One inbound link per connected peer, then those closed in the last :data:`RECENT_SECONDS`
+        whose peer has not reconnected (a peer is named once it said who it is)."""
+        now = time.time()
+        live = []
+        for conn in self.connections:
+            conn.stats.peer = conn.peer or conn.name
+            live.append(conn.stats)
+        names = {stats.peer for stats in live}
+        for peer, stats in list(self._closed.items()):
+            if now - stats.since > RECENT_SECONDS:
+                del self._closed[peer]
+            elif peer not in names:
+                live.append(stats)
+        return sorted(live, key=lambda stats: stats.peer)
 
     def send_all(self, command: wire.Command, *, exclude: TcpConnection | None = None) -> None:
         if not self.connections:
@@ -171,6 +195,8 @@ class TcpClient:
         self.connected = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.connects = 0
+        #: The one outbound link, across reconnects (its peer: the main instance's name once set).
+        self.stats = LinkStats(peer=f"{host}:{port}", transport="tcp", direction="outbound")
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="repl-tcp-client")
@@ -202,6 +228,8 @@ class TcpClient:
             set_nodelay(writer.transport)
             conn = self.link.connection(reader, writer, "client")
             conn.name = f"{self.host}:{self.port}"
+            conn.stats = self.stats
+            self.stats.connected()
             self.connection = conn
             self.connects += 1
             conn.send(wire.NameCommand(self.link.local_name))
@@ -214,11 +242,15 @@ class TcpClient:
             finally:
                 self.connected.clear()
                 self.connection = None
+                self.stats.disconnected()
                 self.link.on_disconnect(conn)
                 log.info(
                     "replication connection to %s:%d lost (%s)", self.host, self.port, conn.close_reason or "closed"
                 )
             await asyncio.sleep(delay)
+
+    def links(self) -> list[LinkStats]:
+        return [self.stats]
 
     def send_all(self, command: wire.Command, *, exclude: TcpConnection | None = None) -> None:
         conn = self.connection

@@ -22,6 +22,7 @@ from typing import Literal, Protocol, cast
 
 from factstream.replication import wire
 from factstream.replication.auth import AUTH, AUTH_OK, CHALLENGE, AuthError, ReplicationSecret, new_nonce
+from factstream.replication.links import LinkStats
 from factstream.replication.wire import ProtocolError, RdataRun, split_runs
 
 # Logs under the transport's name, as before this module was split from it (docs/cli.md shows it).
@@ -127,6 +128,8 @@ class TcpConnection:
         self._paused = False
         self._opened = time.monotonic()
         self.close_reason: str | None = None
+        #: This link's counters (the server or client that opened it replaces them with its own).
+        self.stats = LinkStats(peer=self.name, transport="tcp", direction="inbound" if side == "server" else "outbound")
 
     @property
     def closed(self) -> bool:

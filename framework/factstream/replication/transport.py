@@ -18,6 +18,7 @@ from factstream.errors import ConfigError
 from factstream.replication import wire
 from factstream.replication.auth import ReplicationSecret
 from factstream.replication.handler import ReplicationHandler
+from factstream.replication.links import LinkStats
 from factstream.replication.tcp import Link, TcpClient, TcpConnection, TcpServer
 from factstream.replication.wire import RdataRun
 
@@ -39,6 +40,10 @@ class Transport(Protocol):
         """Send encoded lines (each one command, ending in a newline), in order."""
 
     def has_peers(self) -> bool: ...
+
+    def links(self) -> list[LinkStats]:
+        """This process's replication links and their counters (see :mod:`factstream.replication.links`)."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -101,6 +106,7 @@ class TcpTransport:
             self.endpoint = server
         else:
             client = TcpClient(self.host, self.port, link, tls=tls)
+            client.stats.peer = self.settings.main_instance
             client.start()
             self.endpoint = client
 
@@ -116,6 +122,9 @@ class TcpTransport:
         if isinstance(self.endpoint, TcpServer):
             return bool(self.endpoint.connections)
         return isinstance(self.endpoint, TcpClient) and self.endpoint.connection is not None
+
+    def links(self) -> list[LinkStats]:
+        return self.endpoint.links() if self.endpoint is not None else []
 
     async def close(self) -> None:
         if self.endpoint is not None:
