@@ -41,6 +41,7 @@ from factstream.idgen import metrics as idgen_metrics
 from factstream.idgen.generator import MultiWriterIdGenerator
 from factstream.idgen.leases import WriterLeases
 from factstream.plugin.manager import PluginHost
+from factstream.replication import links as replication_links
 from factstream.replication.handler import ReplicationHandler
 from factstream.replication.stream import ReplicatedStream
 from factstream.replication.streamer import ReplicationStreamer
@@ -364,4 +365,5 @@ def register_metrics() -> None:
     idgen_metrics.register()
     cache_metrics.register()
     register_notifier_metrics()
+    replication_links.register()
     metrics.register(_FROZEN_HEAP)
