@@ -33,6 +33,7 @@ from factstream.config import Settings
 from factstream.db.database import Database
 from factstream.db.engine import check_database, database_url
 from factstream.errors import ConfigError, FactstreamError
+from factstream.host import health
 from factstream.host.auth import TokenAuthenticator
 from factstream.host.facade import HostFacade, load_plugin_settings
 from factstream.host.pipeline import LocalRows, ReaderPipeline
@@ -118,6 +119,7 @@ class Host:
 
     async def start(self) -> None:
         register_metrics()
+        health.track(self)
         settings = self.settings
         registry = self.plugins.registry
         unknown = sorted(set(settings.stream_writers) - set(registry.streams.names()))
@@ -366,4 +368,5 @@ def register_metrics() -> None:
     cache_metrics.register()
     register_notifier_metrics()
     replication_links.register()
+    health.register()
     metrics.register(_FROZEN_HEAP)
