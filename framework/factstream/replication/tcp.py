@@ -140,7 +140,9 @@ class TcpServer:
             self.connections.discard(conn)
             conn.stats.peer = conn.peer or conn.name
             conn.stats.disconnected()
-            self._closed[conn.stats.peer] = conn.stats
+            if conn.peer is not None:  # kept for a while under its name; nameless ones are forgotten
+                self._closed[conn.peer] = conn.stats
+                self._forget_closed(time.time())
             self.link.on_disconnect(conn)
             if conn.peer is not None:  # a connection that never said who it is was never "up"
                 fields = {"peer": conn.peer, "direction": "inbound", "reason": conn.close_reason or "closed"}
@@ -163,12 +165,14 @@ class TcpServer:
             conn.stats.peer = conn.peer or conn.name
             live.append(conn.stats)
         names = {stats.peer for stats in live}
+        self._forget_closed(now)
+        live.extend(stats for peer, stats in self._closed.items() if peer not in names)
+        return sorted(live, key=lambda stats: stats.peer)
+
+    def _forget_closed(self, now: float) -> None:
         for peer, stats in list(self._closed.items()):
             if now - stats.since > RECENT_SECONDS:
                 del self._closed[peer]
-            elif peer not in names:
-                live.append(stats)
-        return sorted(live, key=lambda stats: stats.peer)
 
     def send_all(self, command: wire.Command, *, exclude: TcpConnection | None = None) -> None:
         if not self.connections:
