@@ -96,6 +96,23 @@ async def test_a_workers_link_counts_what_crosses_it_and_its_reconnects(host_clu
             proxy.close()
 
 
+async def test_with_metrics_off_links_keep_their_state_but_count_nothing(host_cluster, transport, monkeypatch):
+    # metrics.enabled: false (read with metrics_enabled where the setting exists) turns the counting off.
+    for module in ("transport", "redis_subscribe"):
+        monkeypatch.setattr(f"factstream.replication.{module}.metrics_enabled", lambda settings: False)
+    host_cluster.configure(transport=transport)
+    main = await host_cluster("main")
+    worker = await host_cluster("worker1")
+    await host_cluster.following(worker, "notes")
+    ids = await append_notes(main, 10)
+    assert await worker.wait_for_stream_position("main", "notes", ids[-1], timeout=10)
+
+    link = outbound(worker)
+    assert (link.up, link.connects) == (True, 1)
+    assert (link.rows_received, link.bytes_received, link.commands_received, link.bytes_sent) == (0, 0, 0, 0)
+    assert worker.handler is not None and worker.handler.lags() == []
+
+
 async def test_the_main_keeps_a_closed_inbound_link_for_a_while(host_cluster):
     main = await host_cluster("main")
     worker = await host_cluster("worker1")
