@@ -19,6 +19,7 @@ import contextlib
 import gc
 import logging
 import signal
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,6 +41,7 @@ from factstream.host.server import HttpServer
 from factstream.idgen import metrics as idgen_metrics
 from factstream.idgen.generator import MultiWriterIdGenerator
 from factstream.idgen.leases import WriterLeases
+from factstream.logs import kv
 from factstream.plugin.manager import PluginHost
 from factstream.replication.handler import ReplicationHandler
 from factstream.replication.stream import ReplicatedStream
@@ -78,6 +80,10 @@ class Host:
         self.local_rows: LocalRows | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
+        #: ``time.monotonic()`` when :meth:`start` began (for the uptime of the ``stopped`` line).
+        self._started_at: float | None = None
+        #: Whether :meth:`start` completed (and :meth:`stop` has not run since).
+        self._ready = False
         self._plugins_started = False
         #: The signal that stopped :meth:`run_until_stopped` (``None`` until one did).
         self.stop_signal: signal.Signals | None = None
@@ -118,6 +124,13 @@ class Host:
     async def start(self) -> None:
         register_metrics()
         settings = self.settings
+        self._started_at = time.monotonic()
+        endpoint = settings.http_endpoint()
+        log.info(
+            "instance %s starting",
+            self.instance_name,
+            extra=kv(http=f"http://{endpoint[0]}:{endpoint[1]}" if endpoint else "none"),
+        )
         registry = self.plugins.registry
         unknown = sorted(set(settings.stream_writers) - set(registry.streams.names()))
         if unknown:
@@ -179,12 +192,19 @@ class Host:
         if endpoint is not None:
             self.http = HttpServer(self.app, *endpoint, grace=settings.http.shutdown_grace_seconds)
             await self.http.start()
-        log.info(
-            "instance %s started with streams %s%s",
-            self.instance_name,
-            ", ".join(self.streams) or "(none)",
-            f"; HTTP API on {self.http.url}" if self.http is not None else "",
-        )
+        self._ready = True
+        log.info("instance %s started", self.instance_name, extra=kv(**self._started_fields()))
+
+    def _started_fields(self) -> dict[str, str]:
+        """What the ``started`` line says: the HTTP URL, the streams this instance writes, the transport."""
+        writes = [name for name, stream in self.streams.items() if stream.id_gen.is_writer]
+        transport = "none" if self.transport is None else "redis" if self.settings.redis.url else "tcp"
+        return {
+            "http": self.http.url if self.http is not None else "none",
+            "writes": ",".join(writes) or "none",
+            "streams": ",".join(self.streams) or "none",
+            "transport": transport,
+        }
 
     def build_app(self) -> Any:
         """The HTTP API (a Starlette app) of the core's and the plugins' routes."""
@@ -239,6 +259,19 @@ class Host:
         await transport.start()
 
     async def stop(self) -> None:
+        """Close everything; an instance that had started logs ``stopping`` and ``stopped`` (a failed
+        start's error is its last word)."""
+        ready = self._ready
+        self._ready = False
+        if ready:
+            log.info("instance %s stopping", self.instance_name)
+        await self._close()
+        if ready and self._started_at is not None:
+            uptime = round(time.monotonic() - self._started_at, 3)
+            log.info("instance %s stopped", self.instance_name, extra=kv(uptime_seconds=uptime))
+
+    async def _close(self) -> None:
+        """Close everything :meth:`start` opened, in reverse order (the HTTP API first)."""
         if self.sync is not None:
             self.sync.notifier.close()  # open long polls answer now, before the server stops
         if self.http is not None:
