@@ -34,6 +34,7 @@ from factstream.config import Settings
 from factstream.db.database import Database
 from factstream.db.engine import check_database, database_url
 from factstream.errors import ConfigError, FactstreamError
+from factstream.host import request_metrics
 from factstream.host.auth import TokenAuthenticator
 from factstream.host.facade import HostFacade, load_plugin_settings
 from factstream.host.pipeline import LocalRows, ReaderPipeline
@@ -395,6 +396,7 @@ def register_metrics() -> None:
     """Register every collector of the core in the default registry: a host's ``/metrics`` shows them
     all from its start. Importing the modules registers none (see :mod:`factstream.metrics`)."""
     idgen_metrics.register()
+    request_metrics.register()
     cache_metrics.register()
     register_notifier_metrics()
     metrics.register(_FROZEN_HEAP)
