@@ -620,9 +620,12 @@ def export_command(
     the job's checkpoint moves, so an interrupted export rerun writes every fact exactly once. Without a job
     (and without --all), lists the jobs: stream, checkpoint, watermark and how many facts wait. Jobs with
     nothing new are answered without starting Spark. Ctrl-C or SIGTERM stops Spark, exit code 130.
+    Each run is logged (export run begun, export run finished: job, outcome, rows, seconds, upto) and
+    recorded in the database, where every running instance's /metrics reads it.
     """
     from factstream.export.command import run_export
 
+    logging.getLogger("factstream.export.runs").setLevel(logging.INFO)
     run_export(state, out, err, jobs or [], all_jobs=all_jobs, master=master, output=output, full=full, conf=conf or [])
 
 

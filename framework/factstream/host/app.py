@@ -34,6 +34,8 @@ from factstream.config import Settings
 from factstream.db.database import Database
 from factstream.db.engine import check_database, database_url
 from factstream.errors import ConfigError, FactstreamError
+from factstream.export import runs as export_run_metrics
+from factstream.export.runs import ExportRunsMonitor
 from factstream.host import request_metrics
 from factstream.host.auth import TokenAuthenticator
 from factstream.host.facade import HostFacade, load_plugin_settings
@@ -65,6 +67,8 @@ class Host:
         self.instance_name = settings.instance_name
         self.db: Database | None = None
         self.leases: WriterLeases | None = None
+        #: The export runs recorded in the database, for ``/metrics`` (built when the host starts).
+        self.export_runs: ExportRunsMonitor | None = None
         self.streams: dict[str, ReplicatedStream] = {}
         self.handler: ReplicationHandler | None = None
         self.streamer: ReplicationStreamer | None = None
@@ -150,6 +154,7 @@ class Host:
             connect_timeout=settings.database.connect_timeout,
         )
         await self.db.open()
+        self.export_runs = ExportRunsMonitor(self.db, self._persisted_position)
         self.leases = WriterLeases(self.db)
         for reg in registry.streams:
             gen = MultiWriterIdGenerator.from_spec(self.db, reg.spec, settings, leases=self.leases)
@@ -214,6 +219,19 @@ class Host:
 
         auth = TokenAuthenticator.from_config(self.settings.http, self.db)
         return build_app(self, core_routes() + plugin_routes(self), auth)
+
+    def _persisted_position(self, stream: str) -> int | None:
+        """``stream``'s persisted-up-to position as a positive wire token (``None``: not run here)."""
+        found = self.streams.get(stream)
+        if found is None:
+            return None
+        gen = found.id_gen
+        return gen.get_current_token() * gen.factor
+
+    async def refresh_metrics(self) -> None:
+        """Read what ``/metrics`` shows from the database (export runs; cached a few seconds)."""
+        if self.export_runs is not None:
+            await self.export_runs.refresh()
 
     def _check_migrated(self, url: str) -> None:
         from factstream.migrate import Migrator
@@ -303,6 +321,8 @@ class Host:
             await stream.id_gen.close()
         if self.leases is not None:
             await self.leases.close()
+        if self.export_runs is not None:
+            self.export_runs.close()
         if self.db is not None:
             await self.db.close()
         self.caches.close()
@@ -397,6 +417,7 @@ def register_metrics() -> None:
     all from its start. Importing the modules registers none (see :mod:`factstream.metrics`)."""
     idgen_metrics.register()
     request_metrics.register()
+    export_run_metrics.register()
     cache_metrics.register()
     register_notifier_metrics()
     metrics.register(_FROZEN_HEAP)
