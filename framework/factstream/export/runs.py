@@ -26,7 +26,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import psycopg
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -34,6 +34,9 @@ from prometheus_client.registry import Collector
 
 from factstream import metrics
 from factstream.logs import kv
+
+if TYPE_CHECKING:
+    from factstream.export.runner import ExportResult
 
 log = logging.getLogger(__name__)
 
@@ -78,24 +81,7 @@ def outcome_of(status: str) -> Outcome:
     return outcome
 
 
-class RunResult(Protocol):
-    """What a finished run reports (``factstream.export.runner.ExportResult`` is one)."""
-
-    @property
-    def job(self) -> str: ...
-    @property
-    def stream(self) -> str: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def rows(self) -> int: ...
-    @property
-    def seconds(self) -> float: ...
-    @property
-    def upto(self) -> int: ...
-
-
-def finished(result: RunResult) -> ExportRun:
+def finished(result: ExportResult) -> ExportRun:
     """The record of a run that ended with ``result``."""
     return ExportRun(result.job, result.stream, outcome_of(result.status), result.rows, result.seconds, result.upto)
 
