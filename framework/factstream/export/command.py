@@ -134,7 +134,7 @@ def _record(conn: Any, result: ExportResult) -> None:
     try:
         with checkpoints.JobLock(conn, result.job):
             runs.log_begun(result.job, result.stream, result.upto)
-            runs.record(conn, runs.finished(result))
+            runs.record(conn, result.as_run())
     except ExportError:
         pass
 

@@ -57,6 +57,10 @@ class ExportResult:
     status: str
     adopted: tuple[tuple[int, int], ...] = ()
 
+    def as_run(self) -> runs.ExportRun:
+        """This result as ``export_runs`` records it."""
+        return runs.ExportRun(self.job, self.stream, runs.outcome_of(self.status), self.rows, self.seconds, self.upto)
+
 
 def select_jobs(registry: Any, names: Sequence[str], all_jobs: bool) -> list[ExportJobSpec]:
     """The jobs to run, by name or all of them; :class:`ExportError` for an unknown name."""
@@ -116,7 +120,7 @@ class ExportRunner:
             except Exception as exc:
                 runs.record(conn, runs.failed(conn, job.name, job.stream, time.monotonic() - started, exc))
                 raise
-            runs.record(conn, runs.finished(result))
+            runs.record(conn, result.as_run())
         return result
 
     def _run_locked(

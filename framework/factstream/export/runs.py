@@ -26,7 +26,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import psycopg
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -34,9 +34,6 @@ from prometheus_client.registry import Collector
 
 from factstream import metrics
 from factstream.logs import kv
-
-if TYPE_CHECKING:
-    from factstream.export.runner import ExportResult
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +76,6 @@ def outcome_of(status: str) -> Outcome:
     if outcome not in OUTCOMES:
         raise ValueError(f"unknown export status {status!r}")
     return outcome
-
-
-def finished(result: ExportResult) -> ExportRun:
-    """The record of a run that ended with ``result``."""
-    return ExportRun(result.job, result.stream, outcome_of(result.status), result.rows, result.seconds, result.upto)
 
 
 def failed(conn: psycopg.Connection[Any], job: str, stream: str, seconds: float, exc: BaseException) -> ExportRun:

@@ -192,7 +192,7 @@ class SyncService:
         if not caught_up:
             # This instance has not seen what the client has; answering from here could skip facts
             # and waiting longer could hang: say nothing, the client retries (maybe elsewhere).
-            log.info("sync for %s: this instance did not reach the client's token in time", user)
+            log.debug("sync for %s: this instance did not reach the client's token in time", user)
             self.notifier.count_answer("timed_out")
             return {"next_batch": await since.to_string(self.ids), "streams": {}}
         waited_for = loop.time() - started
