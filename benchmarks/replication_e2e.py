@@ -155,6 +155,7 @@ def _reader_process(
     deployment: str,
     secret: str | None,
     pipe: Any,
+    metrics: bool = True,
 ) -> None:
     """A reader host in its own process, driven through ``pipe`` by the throughput benchmark.
 
@@ -177,7 +178,7 @@ def _reader_process(
 
     async def main() -> None:
         host = Host(
-            _settings(url, redis_url, name, names, port, deployment, secret),
+            _settings(url, redis_url, name, names, port, deployment, secret, metrics=metrics),
             load_plugins(extra=[("bench_probe", probe)]),
         )
         await host.start()
@@ -208,7 +209,15 @@ def _reader_process(
 
 
 def _settings(
-    url: str, redis_url: str | None, name: str, names: list[str], port: int, deployment: str, secret: str | None
+    url: str,
+    redis_url: str | None,
+    name: str,
+    names: list[str],
+    port: int,
+    deployment: str,
+    secret: str | None,
+    *,
+    metrics: bool = True,
 ) -> Any:
     return load_config(
         environ={},
@@ -219,11 +228,18 @@ def _settings(
         instance_map={n: {"host": "127.0.0.1", "replication_port": port} for n in names},
         stream_writers={"bench_e2e": ["main"]},
         replication={"secret": secret} if secret else {},
+        metrics={"enabled": metrics},
     )
 
 
 async def throughput(
-    url: str, redis_url: str | None, seconds: float, rounds: int = 4, secret: str | None = None
+    url: str,
+    redis_url: str | None,
+    seconds: float,
+    rounds: int = 4,
+    secret: str | None = None,
+    *,
+    metrics: bool = True,
 ) -> tuple[float, float, float, list[float]]:
     """``(writes alone, writes with two readers, delivered to the slowest reader, per-round ratios)``.
 
@@ -243,7 +259,7 @@ async def throughput(
     deployment = f"bench{port}"
     names = ["main", "r1", "r2"]
     main = Host(
-        _settings(url, redis_url, "main", names, port, deployment, secret),
+        _settings(url, redis_url, "main", names, port, deployment, secret, metrics=metrics),
         load_plugins(extra=[("bench_probe", Probe())]),
     )
     await main.start()
@@ -259,7 +275,8 @@ async def throughput(
         for name in names[1:]:
             ours, theirs = ctx.Pipe()
             proc = ctx.Process(
-                target=_reader_process, args=(url, redis_url, name, names, port, deployment, secret, theirs)
+                target=_reader_process,
+                args=(url, redis_url, name, names, port, deployment, secret, theirs, metrics),
             )
             proc.start()
             procs.append((proc, ours))
@@ -377,4 +394,28 @@ def run(url: str, redis_url: str | None, seconds: float = 3.0, catch_up_facts: i
         prepare(url)
         rate = asyncio.run(catch_up(url, transport, catch_up_facts))
         lines.append(f"{name:12s} catch-up of {catch_up_facts:,} facts: {rate:9,.0f} facts/s (target >= 100,000/s)")
+    return lines
+
+
+def metrics_ab(url: str, redis_url: str | None, seconds: float = 3.0, rounds: int = 2) -> list[str]:
+    """Throughput with ``metrics.enabled`` off and on, alternating (off, on, off, on ...) in one run so
+    that both see the same drift of the machine; the ratio is on over off (target >= 0.97)."""
+    lines = []
+    for name, transport in (("tcp", None), ("redis", redis_url)):
+        if transport is None and name == "redis":
+            continue
+        rates: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(rounds):
+            for enabled in (False, True):
+                prepare(url)
+                _alone, _written, delivered, _ratios = asyncio.run(
+                    throughput(url, transport, 2 * seconds, metrics=enabled)
+                )
+                rates[enabled].append(delivered)
+        off, on = statistics.median(rates[False]), statistics.median(rates[True])
+        lines.append(
+            f"{name:12s} metrics on/off: delivered {on:9,.0f}/s on, {off:9,.0f}/s off = {on / off:4.2f}x "
+            f"(rounds on {', '.join(f'{r:,.0f}' for r in rates[True])}; "
+            f"off {', '.join(f'{r:,.0f}' for r in rates[False])}; target >= 0.97x)"
+        )
     return lines

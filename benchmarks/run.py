@@ -43,6 +43,11 @@ def main() -> None:
     parser.add_argument("--catch-up-facts", type=int, default=1_000_000, help="facts behind for the catch-up test")
     parser.add_argument("--sync-polls", type=int, default=10_000, help="idle long polls in the sync benchmark")
     parser.add_argument("--events-scale", type=float, default=1.0, help="scale of the events benchmark's sizes")
+    parser.add_argument(
+        "--metrics-ab",
+        action="store_true",
+        help="for replication and sync: alternate metrics.enabled off and on in one run and print on/off ratios",
+    )
     args = parser.parse_args()
     server = os.environ.get("FACTSTREAM_BENCH_DATABASE_URL") or os.environ.get("FACTSTREAM_TEST_DATABASE_URL")
     if not server:
@@ -70,7 +75,11 @@ def main() -> None:
         if "replication" in only:
             redis_url = os.environ.get("FACTSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
             print("replication end to end (hosts in one process):", flush=True)
-            for line in replication_e2e.run(url, redis_url, args.seconds, args.catch_up_facts):
+            if args.metrics_ab:
+                lines = replication_e2e.metrics_ab(url, redis_url, args.seconds)
+            else:
+                lines = replication_e2e.run(url, redis_url, args.seconds, args.catch_up_facts)
+            for line in lines:
                 print("  " + line, flush=True)
         if "caches" in only:
             print("cache invalidation end to end (write, replicate over TCP, apply):", flush=True)
@@ -82,7 +91,12 @@ def main() -> None:
                 print("  " + line, flush=True)
         if "sync" in only:
             print(f"/sync wake-ups with {args.sync_polls:,} idle long polls (one host, local writes):", flush=True)
-            for line in sync_wakeup.run(url, args.sync_polls):
+            lines = (
+                sync_wakeup.metrics_ab(url, args.sync_polls)
+                if args.metrics_ab
+                else sync_wakeup.run(url, args.sync_polls)
+            )
+            for line in lines:
                 print("  " + line, flush=True)
         if "events" in only:
             print(

@@ -101,7 +101,9 @@ def prepare(url: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def bench_host(url: str, http_port: int | None = None, users: int = 0) -> AsyncIterator[Host]:
+async def bench_host(
+    url: str, http_port: int | None = None, users: int = 0, *, metrics: bool = True
+) -> AsyncIterator[Host]:
     settings = load_config(
         environ={},
         deployment="bench-sync",
@@ -115,6 +117,7 @@ async def bench_host(url: str, http_port: int | None = None, users: int = 0) -> 
             "token_table": False,
             "tokens": {f"t{i}": {"user": user(i)} for i in range(users)},
         },
+        metrics={"enabled": metrics},
     )
     host = Host(settings, load_plugins(extra=[("benchsync", BenchSync())]))
     await host.start()
@@ -221,9 +224,9 @@ async def _client(port: int, polls: int, since: str) -> None:
     await asyncio.gather(*tasks)
 
 
-async def http_level(url: str, polls: int, samples: int) -> dict[str, Any]:
+async def http_level(url: str, polls: int, samples: int, *, metrics: bool = True) -> dict[str, Any]:
     port = free_port()
-    async with bench_host(url, http_port=port, users=polls) as host:
+    async with bench_host(url, http_port=port, users=polls, metrics=metrics) as host:
         service = host.sync_service()
         since = await service.current().to_string(service.ids)
         rss_before = rss_bytes()
@@ -278,6 +281,22 @@ def run(url: str, polls: int = POLLS, samples: int = SAMPLES) -> list[str]:
         f"{http['per_poll'] / 1024:.1f} KiB server RSS per idle poll"
     )
     return lines
+
+
+def metrics_ab(url: str, polls: int = POLLS, samples: int = SAMPLES, rounds: int = 2) -> list[str]:
+    """HTTP wake-ups with ``metrics.enabled`` off and on, alternating in one run; the ratio is the p50
+    latency on over off (target <= 1.03: no more than 3% slower)."""
+    prepare(url)
+    p50s: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(rounds):
+        for enabled in (False, True):
+            p50s[enabled].append(asyncio.run(http_level(url, polls, samples, metrics=enabled))["p50"])
+    off, on = statistics.median(p50s[False]), statistics.median(p50s[True])
+    return [
+        f"HTTP /sync wake-up, {polls:,} idle polls, metrics on/off: p50 {on:.2f} ms on, {off:.2f} ms off = "
+        f"{on / off:.2f}x (rounds on {', '.join(f'{p:.2f}' for p in p50s[True])}; "
+        f"off {', '.join(f'{p:.2f}' for p in p50s[False])}; target <= 1.03x)"
+    ]
 
 
 if __name__ == "__main__":

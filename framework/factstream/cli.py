@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
+from factstream import logs
 from factstream.config import Settings, load_config
 from factstream.errors import FactstreamError, PluginError
 from factstream.plugin.manager import PluginHost, load_plugins
@@ -176,36 +177,48 @@ def _root(
     state.config_path = config
     state.verbose = verbose
     _setup_logging(logging.INFO if verbose else logging.WARNING)
-    state.settings  # noqa: B018 - a bad config file is an error for every command
+    # A bad config file is an error for every command; a good one says how to write log lines.
+    _setup_logging(logging.INFO if verbose else logging.WARNING, state.settings.logging.format)
 
 
 #: The name of the handler this module installs on the root logger (so it is installed once).
 LOG_HANDLER_NAME = "factstream.cli"
 #: A log record on stderr when stderr is not a terminal (a file, a pipe, journald). One line per
 #: record, never wrapped, and a traceback follows as Python prints it, so that a log file can be
-#: searched line by line and a traceback pasted back intact.
-PLAIN_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: searched line by line and a traceback pasted back intact. The record's fields follow the message.
+PLAIN_LOG_FORMAT = logs.TEXT_FORMAT
+#: Libraries whose INFO lines are set-up chatter, not what the instance does ("Context impl
+#: PostgresqlImpl.", uvicorn's "Started server process"): shown from WARNING up unless ``-v``.
+CHATTY_LOGGERS = ("alembic", "uvicorn")
 
 
-def _log_handler(*, show_level: bool = True) -> logging.Handler:
-    """A stderr handler: rich on a terminal, plain unwrapped lines otherwise.
+def _log_handler(*, show_level: bool = True, log_format: logs.LogFormat = "text") -> logging.Handler:
+    """A stderr handler: rich on a terminal, plain unwrapped lines otherwise, JSON lines when asked.
 
     Rich lays a record out in columns and wraps it to the console's width, which is 80 (or
     ``$COLUMNS``) when stderr is not a terminal: in a log file that split long lines and tracebacks.
-    So rich is used only when a person is looking at the output.
+    So rich is used only when a person is looking at the output, and never for JSON.
     """
-    if err.is_terminal:
-        return RichHandler(console=err, show_time=False, show_path=False, show_level=show_level)
+    if err.is_terminal and log_format == "text":
+        handler: logging.Handler = RichHandler(console=err, show_time=False, show_path=False, show_level=show_level)
+        handler.setFormatter(logs.TextFormatter("%(message)s"))
+        return handler
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(PLAIN_LOG_FORMAT if show_level else "%(message)s"))
+    handler.setFormatter(logs.formatter(log_format, PLAIN_LOG_FORMAT if show_level else "%(message)s"))
     return handler
 
 
-def _setup_logging(level: int) -> None:
+def _setup_logging(level: int, log_format: logs.LogFormat = "text") -> None:
+    """Install (or replace) the root logger's stderr handler for ``log_format`` at ``level``."""
     root = logging.getLogger()
-    if not any(h.name == LOG_HANDLER_NAME for h in root.handlers):
-        handler = _log_handler()
+    for old in [h for h in root.handlers if h.name == LOG_HANDLER_NAME]:
+        if getattr(old, "log_format", None) == log_format:
+            break
+        root.removeHandler(old)
+    else:
+        handler = _log_handler(log_format=log_format)
         handler.name = LOG_HANDLER_NAME
+        handler.log_format = log_format  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(level)
     if os.environ.get("FACTSTREAM_TRACE_HOOKS"):
@@ -500,8 +513,18 @@ def run_command(
             help="Serve the HTTP API on this port (default: the instance's http_port in instance_map; 0: no HTTP API).",
         ),
     ] = None,
+    log_format: Annotated[
+        logs.LogFormat | None,
+        typer.Option(
+            "--log-format",
+            help="Log lines as text (key=value fields) or json (one object per line); default: logging.format.",
+        ),
+    ] = None,
 ) -> None:
     """Run one instance: streams, replication, plugins and the HTTP API, until Ctrl-C or SIGTERM.
+
+    It logs its start, its readiness (instance NAME started), replication links and its stop at INFO
+    level; -v adds the libraries' own INFO lines.
 
     Exit codes: 0 when stopped by SIGTERM, 130 by Ctrl-C (SIGINT), 2 when the start fails (the error
     in one paragraph, after everything it had opened is closed).
@@ -520,13 +543,21 @@ def run_command(
         settings = settings.model_copy(update={"instance_name": instance})
     if http_port is not None:
         settings = settings.model_copy(update={"http": settings.http.model_copy(update={"port": http_port})})
+    _setup_run_logging(log_format or settings.logging.format)
     host = Host(settings, state.plugins)
-    endpoint = settings.http_endpoint()
-    serving = f", HTTP API on http://{endpoint[0]}:{endpoint[1]}" if endpoint else ", no HTTP API"
-    err.print(f"factstream instance [bold]{settings.instance_name}[/bold] starting{serving}", highlight=False)
     asyncio.run(host.run_until_stopped())
     if host.stop_signal is signal.SIGINT:
         raise typer.Exit(INTERRUPTED)
+
+
+def _setup_run_logging(log_format: logs.LogFormat) -> None:
+    """A running instance's log: factstream's INFO lines (its lifecycle, its links) always; the
+    libraries' INFO lines only with ``-v``."""
+    _setup_logging(logging.INFO if state.verbose else logging.WARNING, log_format)
+    logging.getLogger("factstream").setLevel(logging.INFO)
+    if not state.verbose:
+        for name in CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 # -- demo --------------------------------------------------------------------------------------------
@@ -589,9 +620,12 @@ def export_command(
     the job's checkpoint moves, so an interrupted export rerun writes every fact exactly once. Without a job
     (and without --all), lists the jobs: stream, checkpoint, watermark and how many facts wait. Jobs with
     nothing new are answered without starting Spark. Ctrl-C or SIGTERM stops Spark, exit code 130.
+    Each run is logged (export run begun, export run finished: job, outcome, rows, seconds, upto) and
+    recorded in the database, where every running instance's /metrics reads it.
     """
     from factstream.export.command import run_export
 
+    logging.getLogger("factstream.export.runs").setLevel(logging.INFO)
     run_export(state, out, err, jobs or [], all_jobs=all_jobs, master=master, output=output, full=full, conf=conf or [])
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -185,6 +185,26 @@ class HealthConfig(_Section):
     )
 
 
+class MetricsConfig(_Section):
+    """``metrics``: what ``/metrics`` measures (see docs/configuration.md)."""
+
+    enabled: bool = Field(
+        default=True,
+        description=(
+            "count each HTTP request and replication command (false: those metrics stay at 0, and "
+            "the per-request and per-command bookkeeping costs nothing; scrape-time metrics remain)"
+        ),
+    )
+
+
+class LoggingConfig(_Section):
+    """``logging``: how log lines are written (``factstream run --log-format`` overrides ``format``)."""
+
+    format: Literal["text", "json"] = Field(
+        default="text", description="text: a line with key=value fields; json: one JSON object per line"
+    )
+
+
 class InstanceEndpoint(_Section):
     """One entry of ``instance_map``: where an instance listens."""
 
@@ -209,6 +229,8 @@ class Settings(BaseSettings):
     caches: CachesConfig = CachesConfig()
     http: HttpConfig = HttpConfig()
     health: HealthConfig = HealthConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    logging: LoggingConfig = LoggingConfig()
     instance_map: dict[str, InstanceEndpoint] = Field(default_factory=dict)
     stream_writers: dict[str, list[str]] = Field(default_factory=dict)
     #: ``plugins.<name>``: each plugin's own settings, validated when the host starts against the

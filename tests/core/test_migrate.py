@@ -16,7 +16,7 @@ from factstream.plugin.manager import load_plugins
 from factstream.testing import PluginInstaller
 
 #: The core branch's newest revision (plugins depend on CORE_BASE_REVISION, the first).
-CORE_HEAD = "fs_core_0004"
+CORE_HEAD = "fs_core_0005"
 
 
 def tables(url: str) -> set[str]:
@@ -220,7 +220,7 @@ def test_cli_migrate_status_down_and_new(plugin_installer, notes, fresh_database
     down = run_cli("migrate", "down", "--plugin", "notes", "--yes", env=env)
     assert down.returncode == 0, down.stderr
     assert re.search(r"notes\s+│\s+-\s+│\s+notes_0001\s+│\s+needs upgrade", down.stdout)
-    assert re.search(r"factstream\s+│\s+fs_core_0004\s+│\s+fs_core_0004\s+│\s+up to date", down.stdout)
+    assert re.search(r"factstream\s+│\s+fs_core_0005\s+│\s+fs_core_0005\s+│\s+up to date", down.stdout)
 
     new = run_cli("migrate", "new", "--plugin", "notes", "-m", "add index", env=dict(env, COLUMNS="40"))
     assert new.returncode == 0, new.stderr

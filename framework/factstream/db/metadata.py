@@ -7,7 +7,22 @@ migration history says.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Boolean, Column, DateTime, Index, Integer, MetaData, Table, Text, false, func
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    false,
+    func,
+    text,
+)
 
 metadata = MetaData()
 
@@ -57,6 +72,25 @@ export_checkpoints = Table(
     Column("upto", BigInteger, nullable=False),
     Column("output", Text, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+#: One row per export run (``factstream.export.runs``); ``runs`` and ``rows_total`` are the job's
+#: counts up to and including the run (by outcome for ``runs``), so the newest rows give the counters.
+export_runs = Table(
+    "export_runs",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("job", Text, nullable=False),
+    Column("stream_name", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("rows", BigInteger, nullable=False),
+    Column("duration_seconds", Float, nullable=False),
+    Column("upto", BigInteger, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("runs", BigInteger, nullable=False),
+    Column("rows_total", BigInteger, nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("export_runs_job_outcome_id", "job", "outcome", text("id DESC")),
 )
 
 #: Bearer tokens of the HTTP API (besides those configured under ``http.tokens``): a request whose

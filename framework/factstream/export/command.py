@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from factstream.export import checkpoints, runs
 from factstream.export.interrupt import spark_stopped_on_exit
 from factstream.export.plan import ExportError, StreamPlan, plans_for
 from factstream.export.read import connect
@@ -123,7 +124,19 @@ def _up_to_date(registry: Any, url: str, root: str, jobs: Sequence[ExportJobSpec
                 result = up_to_date(conn, job.name, plan, root)
                 if result is not None:
                     found[job.name] = result
+                    _record(conn, result)
     return found
+
+
+def _record(conn: Any, result: ExportResult) -> None:
+    """Record a run answered without Spark, under the job's lock; skipped when another process runs
+    the job now (its own run is what counts)."""
+    try:
+        with checkpoints.JobLock(conn, result.job):
+            runs.log_begun(result.job, result.stream, result.upto)
+            runs.record(conn, result.as_run())
+    except ExportError:
+        pass
 
 
 def job_table(registry: Any, url: str) -> Table | str:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from factstream.export import checkpoints, direct
+from factstream.export import checkpoints, direct, runs
 from factstream.export.output import JobOutput
 from factstream.export.plan import ExportError, StreamPlan, plans_for
 from factstream.export.read import connect
@@ -56,6 +56,10 @@ class ExportResult:
     #: ``exported``, ``up to date`` or ``recovered`` (only adopted a range an interrupted run wrote).
     status: str
     adopted: tuple[tuple[int, int], ...] = ()
+
+    def as_run(self) -> runs.ExportRun:
+        """This result as ``export_runs`` records it."""
+        return runs.ExportRun(self.job, self.stream, runs.outcome_of(self.status), self.rows, self.seconds, self.upto)
 
 
 def select_jobs(registry: Any, names: Sequence[str], all_jobs: bool) -> list[ExportJobSpec]:
@@ -101,38 +105,56 @@ class ExportRunner:
         return found
 
     def run(self, job: ExportJobSpec, *, full: bool = False) -> ExportResult:
-        """Export the job's new facts (see the module docstring); the checkpoint moves only on success."""
+        """Export the job's new facts (see the module docstring); the checkpoint moves only on success.
+
+        Every run that got the job's lock is recorded in ``export_runs`` as it ends, a failed one too
+        (:mod:`factstream.export.runs`), and logged (``export run begun``, ``export run finished``).
+        """
         started = time.monotonic()
         plan = self.plan(job)
         with connect(self.url) as conn, checkpoints.JobLock(conn, job.name):
-            out = JobOutput(self.spark, self.output_root, job.name)
             cp = checkpoints.read(conn, job.name)
-            if cp is not None and cp.output != self.output_root and cp.upto > 0 and not full:
-                raise ExportError(
-                    f"export job {job.name!r} has exported up to {cp.upto} into {cp.output!r}, not "
-                    f"{self.output_root!r}; give --output {cp.output} to continue, or --full to export "
-                    "everything again into the new location"
-                )
-            if cp is None:
-                cp = checkpoints.create(conn, job.name, job.stream, self.output_root)
-            if full:
-                if cp.upto != 0:
-                    checkpoints.advance(conn, job.name, cp.upto, 0, self.output_root)
-                for r in reversed(out.ranges()):
-                    out.remove(r.path)
-                cp = checkpoints.Checkpoint(job.name, job.stream, 0, self.output_root, None)
-            out.clean()
-            start, adopted = self._recover(conn, job, out, cp.upto)
-            upto = persisted_upto(conn, plan)
-            if upto <= start:
-                status = "recovered" if adopted else "up to date"
-                return ExportResult(
-                    job.name, job.stream, start, start, 0, time.monotonic() - started, out.path, status, adopted
-                )
-            rows, path = self._export_range(job, out, start, upto)
-            checkpoints.advance(conn, job.name, start, upto, self.output_root)
-            out.clean()
-        log.info("export %s: (%d, %d] -> %s, %d rows", job.name, start, upto, path, rows)
+            runs.log_begun(job.name, job.stream, cp.upto if cp is not None else 0)
+            try:
+                result = self._run_locked(conn, job, plan, full=full, started=started)
+            except Exception as exc:
+                runs.record(conn, runs.failed(conn, job.name, job.stream, time.monotonic() - started, exc))
+                raise
+            runs.record(conn, result.as_run())
+        return result
+
+    def _run_locked(
+        self, conn: Any, job: ExportJobSpec, plan: StreamPlan, *, full: bool, started: float
+    ) -> ExportResult:
+        """:meth:`run`'s work, once it holds the job's lock."""
+        out = JobOutput(self.spark, self.output_root, job.name)
+        cp = checkpoints.read(conn, job.name)
+        if cp is not None and cp.output != self.output_root and cp.upto > 0 and not full:
+            raise ExportError(
+                f"export job {job.name!r} has exported up to {cp.upto} into {cp.output!r}, not "
+                f"{self.output_root!r}; give --output {cp.output} to continue, or --full to export "
+                "everything again into the new location"
+            )
+        if cp is None:
+            cp = checkpoints.create(conn, job.name, job.stream, self.output_root)
+        if full:
+            if cp.upto != 0:
+                checkpoints.advance(conn, job.name, cp.upto, 0, self.output_root)
+            for r in reversed(out.ranges()):
+                out.remove(r.path)
+            cp = checkpoints.Checkpoint(job.name, job.stream, 0, self.output_root, None)
+        out.clean()
+        start, adopted = self._recover(conn, job, out, cp.upto)
+        upto = persisted_upto(conn, plan)
+        if upto <= start:
+            status = "recovered" if adopted else "up to date"
+            return ExportResult(
+                job.name, job.stream, start, start, 0, time.monotonic() - started, out.path, status, adopted
+            )
+        rows, path = self._export_range(job, out, start, upto)
+        checkpoints.advance(conn, job.name, start, upto, self.output_root)
+        out.clean()
+        log.debug("export %s: (%d, %d] -> %s, %d rows", job.name, start, upto, path, rows)
         return ExportResult(
             job.name, job.stream, start, upto, rows, time.monotonic() - started, out.path, "exported", adopted
         )

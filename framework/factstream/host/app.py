@@ -19,6 +19,7 @@ import contextlib
 import gc
 import logging
 import signal
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,7 +34,9 @@ from factstream.config import Settings
 from factstream.db.database import Database
 from factstream.db.engine import check_database, database_url
 from factstream.errors import ConfigError, FactstreamError
-from factstream.host import health
+from factstream.export import runs as export_run_metrics
+from factstream.export.runs import ExportRunsMonitor
+from factstream.host import health, request_metrics
 from factstream.host.auth import TokenAuthenticator
 from factstream.host.facade import HostFacade, load_plugin_settings
 from factstream.host.pipeline import LocalRows, ReaderPipeline
@@ -41,6 +44,7 @@ from factstream.host.server import HttpServer
 from factstream.idgen import metrics as idgen_metrics
 from factstream.idgen.generator import MultiWriterIdGenerator
 from factstream.idgen.leases import WriterLeases
+from factstream.logs import kv
 from factstream.plugin.manager import PluginHost
 from factstream.replication import links as replication_links
 from factstream.replication.handler import ReplicationHandler
@@ -64,6 +68,8 @@ class Host:
         self.instance_name = settings.instance_name
         self.db: Database | None = None
         self.leases: WriterLeases | None = None
+        #: The export runs recorded in the database, for ``/metrics`` (built when the host starts).
+        self.export_runs: ExportRunsMonitor | None = None
         self.streams: dict[str, ReplicatedStream] = {}
         self.handler: ReplicationHandler | None = None
         self.streamer: ReplicationStreamer | None = None
@@ -80,6 +86,10 @@ class Host:
         self.local_rows: LocalRows | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
+        #: ``time.monotonic()`` when :meth:`start` began (for the uptime of the ``stopped`` line).
+        self._started_at: float | None = None
+        #: Whether :meth:`start` completed (and :meth:`stop` has not run since).
+        self._ready = False
         self._plugins_started = False
         #: The signal that stopped :meth:`run_until_stopped` (``None`` until one did).
         self.stop_signal: signal.Signals | None = None
@@ -121,6 +131,13 @@ class Host:
         register_metrics()
         health.track(self)
         settings = self.settings
+        self._started_at = time.monotonic()
+        endpoint = settings.http_endpoint()
+        log.info(
+            "instance %s starting",
+            self.instance_name,
+            extra=kv(http=f"http://{endpoint[0]}:{endpoint[1]}" if endpoint else "none"),
+        )
         registry = self.plugins.registry
         unknown = sorted(set(settings.stream_writers) - set(registry.streams.names()))
         if unknown:
@@ -139,6 +156,7 @@ class Host:
             connect_timeout=settings.database.connect_timeout,
         )
         await self.db.open()
+        self.export_runs = ExportRunsMonitor(self.db, self._persisted_position)
         self.leases = WriterLeases(self.db)
         for reg in registry.streams:
             gen = MultiWriterIdGenerator.from_spec(self.db, reg.spec, settings, leases=self.leases)
@@ -182,12 +200,19 @@ class Host:
         if endpoint is not None:
             self.http = HttpServer(self.app, *endpoint, grace=settings.http.shutdown_grace_seconds)
             await self.http.start()
-        log.info(
-            "instance %s started with streams %s%s",
-            self.instance_name,
-            ", ".join(self.streams) or "(none)",
-            f"; HTTP API on {self.http.url}" if self.http is not None else "",
-        )
+        self._ready = True
+        log.info("instance %s started", self.instance_name, extra=kv(**self._started_fields()))
+
+    def _started_fields(self) -> dict[str, str]:
+        """What the ``started`` line says: the HTTP URL, the streams this instance writes, the transport."""
+        writes = [name for name, stream in self.streams.items() if stream.id_gen.is_writer]
+        transport = "none" if self.transport is None else "redis" if self.settings.redis.url else "tcp"
+        return {
+            "http": self.http.url if self.http is not None else "none",
+            "writes": ",".join(writes) or "none",
+            "streams": ",".join(self.streams) or "none",
+            "transport": transport,
+        }
 
     def build_app(self) -> Any:
         """The HTTP API (a Starlette app) of the core's and the plugins' routes."""
@@ -196,6 +221,19 @@ class Host:
 
         auth = TokenAuthenticator.from_config(self.settings.http, self.db)
         return build_app(self, core_routes() + plugin_routes(self), auth)
+
+    def _persisted_position(self, stream: str) -> int | None:
+        """``stream``'s persisted-up-to position as a positive wire token (``None``: not run here)."""
+        found = self.streams.get(stream)
+        if found is None:
+            return None
+        gen = found.id_gen
+        return gen.get_current_token() * gen.factor
+
+    async def refresh_metrics(self) -> None:
+        """Read what ``/metrics`` shows from the database (export runs; cached a few seconds)."""
+        if self.export_runs is not None:
+            await self.export_runs.refresh()
 
     def _check_migrated(self, url: str) -> None:
         from factstream.migrate import Migrator
@@ -242,6 +280,19 @@ class Host:
         await transport.start()
 
     async def stop(self) -> None:
+        """Close everything; an instance that had started logs ``stopping`` and ``stopped`` (a failed
+        start's error is its last word)."""
+        ready = self._ready
+        self._ready = False
+        if ready:
+            log.info("instance %s stopping", self.instance_name)
+        await self._close()
+        if ready and self._started_at is not None:
+            uptime = round(time.monotonic() - self._started_at, 3)
+            log.info("instance %s stopped", self.instance_name, extra=kv(uptime_seconds=uptime))
+
+    async def _close(self) -> None:
+        """Close everything :meth:`start` opened, in reverse order (the HTTP API first)."""
         if self.sync is not None:
             self.sync.notifier.close()  # open long polls answer now, before the server stops
         if self.http is not None:
@@ -272,6 +323,8 @@ class Host:
             await stream.id_gen.close()
         if self.leases is not None:
             await self.leases.close()
+        if self.export_runs is not None:
+            self.export_runs.close()
         if self.db is not None:
             await self.db.close()
         self.caches.close()
@@ -365,6 +418,8 @@ def register_metrics() -> None:
     """Register every collector of the core in the default registry: a host's ``/metrics`` shows them
     all from its start. Importing the modules registers none (see :mod:`factstream.metrics`)."""
     idgen_metrics.register()
+    request_metrics.register()
+    export_run_metrics.register()
     cache_metrics.register()
     register_notifier_metrics()
     replication_links.register()

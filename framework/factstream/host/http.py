@@ -28,6 +28,9 @@ same ``state``) whose ``receive`` replays it: ``request.body()``, ``request.stre
 parses its body itself, once; this layer only scans the bytes (it parses only a body that looks
 suspect).
 
+Each request is counted by route template, method and status (:mod:`factstream.host.request_metrics`)
+unless ``metrics.enabled`` is false.
+
 ``GET /openapi.json`` describes every route, core and plugin, built from the specs (summary from the
 route name or the endpoint's docstring, path parameters from the path, bearer security unless public).
 """
@@ -53,6 +56,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from factstream.errors import PluginError
 from factstream.host.auth import TokenAuthenticator, check_access
+from factstream.host.request_metrics import ROUTE_ATTRIBUTE, RequestMetrics
 from factstream.host.storable import (
     check_body,
     check_headers,
@@ -216,6 +220,7 @@ def wrap_endpoint(
 
     serve.__name__ = spec.name or getattr(endpoint, "__name__", "endpoint")
     serve.__doc__ = endpoint.__doc__
+    setattr(serve, ROUTE_ATTRIBUTE, spec.path)  # the request metrics' route label
     return serve
 
 
@@ -274,6 +279,8 @@ def build_app(host: HttpHost, routes: Sequence[ApiRoute], auth: TokenAuthenticat
         for r in routes
     ]
     app = Starlette(exception_handlers={HTTPException: _http_error, 500: _server_error})
+    if host.settings.metrics.enabled:
+        app.add_middleware(RequestMetrics, instance=host.instance_name)
     app.router = _FixedPathsFirst(starlette_routes)
     app.state.host = host
     app.state.openapi = openapi_schema(host, routes)

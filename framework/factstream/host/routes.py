@@ -46,6 +46,8 @@ class RoutesHost(SyncHost, Protocol):
 
     def sync_service(self) -> SyncService: ...
 
+    async def refresh_metrics(self) -> None: ...
+
 
 #: The longest ``device`` query parameter accepted.
 MAX_DEVICE_LENGTH = 255
@@ -168,6 +170,7 @@ async def health(request: Request, api: HostApi) -> Any:
 
 async def metrics(request: Request, api: HostApi) -> Response:
     """Prometheus metrics of this process (text exposition format)."""
+    await _host(request).refresh_metrics()  # what is read from the database (export runs), cached
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 

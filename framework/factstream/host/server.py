@@ -108,7 +108,7 @@ class HttpServer:
                 self._task.result()  # raises what stopped it
                 raise ConfigError(f"the HTTP server on {self.url} stopped while starting")
             await asyncio.sleep(0.01)
-        log.info("HTTP API listening on %s", self.url)
+        log.debug("HTTP API listening on %s", self.url)
 
     def connection_sockets(self) -> list[socket.socket]:
         """The sockets of the client connections open now (for diagnostics and tests)."""

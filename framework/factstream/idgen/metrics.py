@@ -27,7 +27,12 @@ class MeteredGenerator(Protocol):
 
     stream_name: str
     instance_name: str
+    #: 1 for a stream whose positions grow, -1 for a backwards one (its positions are negative).
+    factor: int
     _tracker: PositionTracker | None
+
+    @property
+    def is_writer(self) -> bool: ...
 
     def get_current_token(self) -> int: ...
 
@@ -84,17 +89,28 @@ class _GeneratorCollector(Collector):
         in_flight = GaugeMetricFamily(
             "factstream_stream_in_flight_fetches", "Sequence calls in progress here", labels=["stream", "instance"]
         )
+        minimum = GaugeMetricFamily(
+            "factstream_stream_min_position",
+            "The lowest position of the stream's writers as this instance sees them (the slowest writer)",
+            labels=["stream", "instance"],
+        )
         for gen in list(_live):
             tracker = gen._tracker
             if tracker is None:
                 continue
             me = gen.instance_name
-            for writer in sorted(set(tracker.positions()) | {me}):
-                position.add_metric([gen.stream_name, writer, me], gen.get_current_token_for_writer(writer))
+            positions = {
+                writer: gen.get_current_token_for_writer(writer) for writer in sorted(set(tracker.positions()) | {me})
+            }
+            for writer, at in positions.items():
+                position.add_metric([gen.stream_name, writer, me], at)
+            writers = [at for writer, at in positions.items() if writer != me or gen.is_writer]
+            slowest = min(at * gen.factor for at in writers or positions.values()) * gen.factor
+            minimum.add_metric([gen.stream_name, me], slowest)
             watermark.add_metric([gen.stream_name, me], gen.get_current_token())
             unfinished.add_metric([gen.stream_name, me], len(tracker.unfinished))
             in_flight.add_metric([gen.stream_name, me], tracker.in_flight)
-        yield from (position, watermark, unfinished, in_flight)
+        yield from (position, minimum, watermark, unfinished, in_flight)
 
 
 _COLLECTOR = _GeneratorCollector()

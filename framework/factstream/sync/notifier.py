@@ -31,7 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from prometheus_client import Counter, Gauge
 
@@ -48,13 +48,23 @@ WaitCallback = Callable[[StreamToken, StreamToken], Awaitable[R]]
 #: Registered by :func:`register_metrics` when a host starts, not on import (see :mod:`factstream.metrics`).
 OPEN_WAITS = Gauge("factstream_sync_open_waits", "Requests waiting in Notifier.wait_for_events", registry=None)
 WAKEUPS = Counter("factstream_sync_wakeups", "Waiting requests woken by Notifier.on_new_event", registry=None)
+LONG_POLLS = Counter(
+    "factstream_sync_long_polls",
+    "/sync requests answered, by outcome: immediate (something at once), woken (something after waiting), "
+    "timed_out (nothing: the timeout ran out, or this instance was behind the client's token)",
+    ["outcome", "instance"],
+    registry=None,
+)
+#: The ``outcome`` labels of :data:`LONG_POLLS`.
+Outcome = Literal["immediate", "woken", "timed_out"]
+OUTCOMES: tuple[Outcome, ...] = ("immediate", "woken", "timed_out")
 
 DEFAULT_IDLE_EXPIRY = 600.0
 
 
 def register_metrics() -> None:
     """Register the notifier's gauge and counter in the default registry (once per process)."""
-    metrics.register(OPEN_WAITS, WAKEUPS)
+    metrics.register(OPEN_WAITS, WAKEUPS, LONG_POLLS)
 
 
 @dataclass(frozen=True)
@@ -67,11 +77,18 @@ class WaitResult(Generic[R]):
 
     result: R | None
     next_token: StreamToken
+    #: Whether the wait listened for a notification (an answer found at once did not).
+    waited: bool = False
 
     @property
     def timed_out(self) -> bool:
         """True when the wait ended with nothing for the client."""
         return not self.result
+
+    @property
+    def outcome(self) -> Outcome:
+        """How the long poll ended, as :data:`LONG_POLLS` counts it."""
+        return "timed_out" if self.timed_out else "woken" if self.waited else "immediate"
 
 
 class _UserStream:
@@ -99,8 +116,11 @@ class Notifier:
         *,
         idle_expiry: float = DEFAULT_IDLE_EXPIRY,
         clock: Callable[[], float] = time.monotonic,
+        instance: str = "",
     ) -> None:
         self.current_token = current_token
+        # Labelled once: every outcome shows on /metrics at 0, and counting is one increment.
+        self._outcomes = {outcome: LONG_POLLS.labels(outcome=outcome, instance=instance) for outcome in OUTCOMES}
         self.idle_expiry = idle_expiry
         self.clock = clock
         self._streams: dict[str, _UserStream] = {}
@@ -223,6 +243,7 @@ class Notifier:
         stream = self._user_stream(user)
         prev = since_token
         result: R | None = None
+        waited = False
         stream.waits += 1
         self._open_waits += 1
         OPEN_WAITS.inc()
@@ -235,6 +256,7 @@ class Notifier:
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         break
+                    waited = True
                     woken = await self._listen(stream, remaining)
                     if woken is None:
                         break
@@ -251,7 +273,14 @@ class Notifier:
             stream.waits -= 1
             if not stream.waits:
                 self._idle[stream.user] = self.clock()
-        return WaitResult(result, prev)
+        answer = WaitResult(result, prev, waited)
+        self.count_answer(answer.outcome)
+        return answer
+
+    def count_answer(self, outcome: Outcome) -> None:
+        """Count a ``/sync`` answer in :data:`LONG_POLLS` (:meth:`wait_for_events` counts its own;
+        the service counts the answers it gives without waiting here)."""
+        self._outcomes[outcome].inc()
 
     async def _listen(self, stream: _UserStream, timeout: float) -> StreamToken | None:
         """The token the next notification of ``stream`` brings, or None after ``timeout``."""

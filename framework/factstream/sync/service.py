@@ -137,7 +137,7 @@ class SyncService:
         self.config = config
         self.synced = list(synced)
         self.current = current_token_source(layout, {s.key: s.stream.id_gen for s in self.synced})
-        self.notifier = Notifier(self.current)
+        self.notifier = Notifier(self.current, instance=host.instance_name)
         self.router = WakeRouter(self.notifier, self.synced)
         self.max_allocated = {s.key: s.stream.id_gen.get_max_allocated_token for s in self.synced}
         self._default_readers = {s.name: default_reader(s, host.settings.writers_for(s.name)) for s in self.synced}
@@ -192,7 +192,8 @@ class SyncService:
         if not caught_up:
             # This instance has not seen what the client has; answering from here could skip facts
             # and waiting longer could hang: say nothing, the client retries (maybe elsewhere).
-            log.info("sync for %s: this instance did not reach the client's token in time", user)
+            log.debug("sync for %s: this instance did not reach the client's token in time", user)
+            self.notifier.count_answer("timed_out")
             return {"next_batch": await since.to_string(self.ids), "streams": {}}
         waited_for = loop.time() - started
         if waited_for > 1.0:
@@ -203,6 +204,7 @@ class SyncService:
             owed: dict[str, Any] = {"next_batch": await since.to_string(self.ids), "streams": due}
             if any(len(items) >= self.config.sync_limit for items in due.values()):
                 owed["limited"] = True
+            self.notifier.count_answer("immediate")
             return owed
 
         async def collect(prev: StreamToken, current: StreamToken) -> SyncBatch:
