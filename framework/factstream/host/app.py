@@ -36,6 +36,7 @@ from factstream.errors import ConfigError, FactstreamError
 from factstream.host.auth import TokenAuthenticator
 from factstream.host.facade import HostFacade, load_plugin_settings
 from factstream.host.pipeline import LocalRows, ReaderPipeline
+from factstream.host.recent import RecentProblems
 from factstream.host.server import HttpServer
 from factstream.idgen import metrics as idgen_metrics
 from factstream.idgen.generator import MultiWriterIdGenerator
@@ -81,6 +82,8 @@ class Host:
         self._plugins_started = False
         #: The signal that stopped :meth:`run_until_stopped` (``None`` until one did).
         self.stop_signal: signal.Signals | None = None
+        #: The last warnings and errors of this process (the dashboard shows them), kept while it runs.
+        self.recent = RecentProblems()
 
     # -- access for the core (plugins get ``api``) ----------------------------------------------------
 
@@ -117,6 +120,7 @@ class Host:
 
     async def start(self) -> None:
         register_metrics()
+        self.recent.install()
         settings = self.settings
         registry = self.plugins.registry
         unknown = sorted(set(settings.stream_writers) - set(registry.streams.names()))
@@ -272,6 +276,7 @@ class Host:
         if self.db is not None:
             await self.db.close()
         self.caches.close()
+        self.recent.remove()
         self._stopped.set()
 
     async def run_until_stopped(self) -> None:

@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 
+from factstream.host.dashboard import dashboard_routes
 from factstream.host.http import CORE, ApiRoute
 from factstream.plugin.specs import RouteSpec
 from factstream.plugin.web import HttpError
@@ -207,6 +208,7 @@ def core_routes() -> list[ApiRoute]:
         ApiRoute(RouteSpec("/health", health, name="health", access="public"), CORE),
         ApiRoute(RouteSpec("/metrics", metrics, name="metrics", access="public"), CORE),
         ApiRoute(RouteSpec("/openapi.json", openapi, name="openapi", access="public"), CORE),
+        *dashboard_routes(),
     ]
 
 
