@@ -8,7 +8,8 @@ Ns"), starting it again turns it green. The test then saves the screenshot docs/
 ``FACTSTREAM_UPDATE_SCREENSHOT=1``.
 
 Without chromium or its driver the test is skipped with what is missing, unless
-``FACTSTREAM_REQUIRE_SERVICES=1`` (CI, where ``.ci/run`` installs both): then it fails.
+``FACTSTREAM_REQUIRE_SERVICES=1`` (CI, where ``.ci/run`` installs both): then it fails. Where ``.ci/run``
+could not install them it sets ``FACTSTREAM_NO_BROWSER`` to the reason, and the test is skipped with it.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def browser() -> Iterator[Any]:
         from selenium.webdriver.chrome.service import Service
     except ModuleNotFoundError:
         missing.append("the selenium package (uv sync: it is a dev dependency)")
+    if missing and os.environ.get("FACTSTREAM_NO_BROWSER"):
+        pytest.skip(f"no browser: {os.environ['FACTSTREAM_NO_BROWSER']}")
     if missing:
         message = f"the browser test needs {', '.join(missing)}: apt-get install chromium chromium-driver"
         if _required():
