@@ -8,12 +8,14 @@ import asyncio
 import itertools
 import logging
 import re
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
+from factstream.config import load_config
 from factstream.host.app import Host
-from factstream.host.dashboard import STATIC_DIR, is_loopback
+from factstream.host.dashboard import STATIC_DIR, instances_state, is_loopback
 from factstream.host.recent import KEEP, MAX_MESSAGE, RecentProblems
 from factstream.testing import free_port, until
 from tests.host.conftest import post_messages
@@ -91,6 +93,33 @@ async def test_the_state_shows_instances_streams_links_and_lag_of_a_running_pair
     assert [link["peer"] for link in main_state["links"]] == ["worker1"]
     assert main_state["links"][0]["direction"] == "inbound"
     assert next(s for s in main_state["streams"] if s["name"] == "inbox")["is_writer"] is True
+
+
+async def test_over_redis_the_state_shows_the_one_redis_link(inbox_cluster, redis_url):
+    inbox_cluster.configure(transport="redis")
+    main = await inbox_cluster("main")
+
+    async def linked() -> list:
+        return [link for link in (await state_of(main))["links"] if link["up"]]
+
+    [link] = await until(linked, what="the Redis link to come up")
+    assert (link["transport"], link["direction"], link["state"]) == ("redis", "outbound", "up")
+    assert link["peer"].startswith("redis://")
+
+
+def test_a_single_instance_without_instance_map_lists_itself():
+    settings = load_config(environ={}, instance_name="solo", http={"port": 8123})
+    host = SimpleNamespace(instance_name="solo", settings=settings)
+    assert instances_state(host) == [
+        {
+            "name": "solo",
+            "main": True,
+            "self": True,
+            "url": "http://127.0.0.1:8123",
+            "dashboard_url": "http://127.0.0.1:8123/dashboard",
+            "replication_port": None,
+        }
+    ]
 
 
 async def test_the_state_counts_open_long_polls(inbox_cluster, client):
