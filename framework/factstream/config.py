@@ -191,6 +191,20 @@ class DashboardConfig(_Section):
         return value
 
 
+class HealthConfig(_Section):
+    """``health``: when ``/health`` reports ``degraded`` (see docs/http-api.md)."""
+
+    link_grace_seconds: float = Field(
+        default=10.0, ge=0, description="a replication link down longer than this makes the instance degraded"
+    )
+    writer_stall_seconds: float = Field(
+        default=30.0, gt=0, description="unfinished IDs of a stream written here that have not moved for this long"
+    )
+    database_timeout_seconds: float = Field(
+        default=2.0, gt=0, description="a SELECT 1 on the pool that fails or takes longer makes the instance degraded"
+    )
+
+
 class InstanceEndpoint(_Section):
     """One entry of ``instance_map``: where an instance listens."""
 
@@ -215,6 +229,7 @@ class Settings(BaseSettings):
     caches: CachesConfig = CachesConfig()
     http: HttpConfig = HttpConfig()
     dashboard: DashboardConfig = DashboardConfig()
+    health: HealthConfig = HealthConfig()
     instance_map: dict[str, InstanceEndpoint] = Field(default_factory=dict)
     stream_writers: dict[str, list[str]] = Field(default_factory=dict)
     #: ``plugins.<name>``: each plugin's own settings, validated when the host starts against the

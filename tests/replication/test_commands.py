@@ -189,6 +189,15 @@ GOLDEN: list[tuple[str, Command]] = [
 ]
 
 
+def test_a_position_may_carry_the_writers_clock_stamp_as_a_trailing_field() -> None:
+    # Beyond the reference (docs/replication.md, "Lag"): the line without it is the reference's.
+    stamped = PositionCommand("events", "master", 1, 2, 1795000000123)
+    assert parse_command("POSITION events master 1 2 1795000000123") == stamped
+    assert stamped.to_line() == "POSITION events master 1 2 1795000000123"
+    assert stamped.unstamped().to_line() == "POSITION events master 1 2"
+    assert parse_command("POSITION events master 1 2").stamp is None  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize(("line", "expected"), GOLDEN, ids=[line[:60] for line, _ in GOLDEN])
 def test_golden_line_parses_to_its_fields_and_serialises_byte_identically(line: str, expected: Command) -> None:
     command = parse_command(line)
@@ -279,7 +288,8 @@ BAD_LINES: list[tuple[str | bytes, str]] = [
     ("POSITION events master", "POSITION: expected 4 fields, got 2"),
     ("POSITION events master 1 x", "POSITION: new_token 'x' is not an integer"),
     ("POSITION events master y 1", "POSITION: prev_token 'y' is not an integer"),
-    ("POSITION events master 1 2 3", "POSITION: new_token '2 3' is not an integer"),
+    ("POSITION events master 1 2 x", "POSITION: stamp 'x' is not an integer"),
+    ("POSITION events master 1 2 3 4", "POSITION: stamp '3 4' is not an integer"),
     ("POSITION events master batch 1", "POSITION: prev_token 'batch' is not an integer"),
     ("POSITION events master 1 +2", "POSITION: new_token '+2' is not an integer"),
     ("POSITION events master \u0661 2", "POSITION: prev_token '\u0661' is not an integer"),

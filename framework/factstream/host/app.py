@@ -33,6 +33,7 @@ from factstream.config import Settings
 from factstream.db.database import Database
 from factstream.db.engine import check_database, database_url
 from factstream.errors import ConfigError, FactstreamError
+from factstream.host import health
 from factstream.host.auth import TokenAuthenticator
 from factstream.host.facade import HostFacade, load_plugin_settings
 from factstream.host.pipeline import LocalRows, ReaderPipeline
@@ -42,6 +43,7 @@ from factstream.idgen import metrics as idgen_metrics
 from factstream.idgen.generator import MultiWriterIdGenerator
 from factstream.idgen.leases import WriterLeases
 from factstream.plugin.manager import PluginHost
+from factstream.replication import links as replication_links
 from factstream.replication.handler import ReplicationHandler
 from factstream.replication.stream import ReplicatedStream
 from factstream.replication.streamer import ReplicationStreamer
@@ -121,6 +123,7 @@ class Host:
     async def start(self) -> None:
         register_metrics()
         self.recent.install()
+        health.track(self)
         settings = self.settings
         registry = self.plugins.registry
         unknown = sorted(set(settings.stream_writers) - set(registry.streams.names()))
@@ -369,4 +372,6 @@ def register_metrics() -> None:
     idgen_metrics.register()
     cache_metrics.register()
     register_notifier_metrics()
+    replication_links.register()
+    health.register()
     metrics.register(_FROZEN_HEAP)

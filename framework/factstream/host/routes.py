@@ -6,14 +6,16 @@ served and documented exactly like a plugin's (see :mod:`factstream.host.http` a
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from factstream.host.dashboard import dashboard_routes
+from factstream.host.health import check_health
 from factstream.host.http import CORE, ApiRoute
 from factstream.plugin.specs import RouteSpec
 from factstream.plugin.web import HttpError
@@ -144,19 +146,25 @@ async def stream_positions(request: Request, api: HostApi) -> Any:
 
 
 async def health(request: Request, api: HostApi) -> Any:
-    """Liveness: 200 while the instance runs, with the state of its replication links."""
-    host = _host(request)
+    """Whether this instance can do its work: 200 ``ok``, or 503 ``degraded`` with every reason
+    (see :mod:`factstream.host.health`); ``?strict=false`` answers 200 either way (liveness probes)."""
+    host = request.app.state.host
     transport = host.transport
     handler = host.handler
-    return {
-        "status": "ok",
+    result = await check_health(host, time.time())
+    body = {
+        "status": result.status,
         "instance": host.instance_name,
+        "reasons": [reason.as_json() for reason in result.reasons],
         "replication": {
             "transport": None if transport is None else ("redis" if host.settings.redis.url else "tcp"),
             "connected": bool(transport is not None and transport.has_peers()),
             "connections": 0 if handler is None else len(handler.connections),
+            "links": [] if transport is None else [link.as_json() for link in transport.links()],
         },
     }
+    strict = request.query_params.get("strict", "true").lower() not in ("false", "0", "no")
+    return JSONResponse(body, status_code=503 if result.degraded and strict else 200)
 
 
 async def metrics(request: Request, api: HostApi) -> Response:
@@ -205,7 +213,18 @@ def core_routes() -> list[ApiRoute]:
             CORE,
             responses={"404": {"description": "unknown stream"}},
         ),
-        ApiRoute(RouteSpec("/health", health, name="health", access="public"), CORE),
+        ApiRoute(
+            RouteSpec("/health", health, name="health", access="public"),
+            CORE,
+            parameters=(
+                param(
+                    "strict",
+                    {"type": "boolean", "default": True},
+                    "false: answer 200 even when degraded (for liveness probes)",
+                ),
+            ),
+            responses={"503": {"description": "degraded: the body's reasons say why"}},
+        ),
         ApiRoute(RouteSpec("/metrics", metrics, name="metrics", access="public"), CORE),
         ApiRoute(RouteSpec("/openapi.json", openapi, name="openapi", access="public"), CORE),
         *dashboard_routes(),

@@ -37,12 +37,13 @@ import collections
 import contextlib
 import itertools
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, cast
 
 from factstream.replication import wire
-from factstream.replication.links import StreamLag
+from factstream.replication.links import LagTracker, StreamLag, untrack
 from factstream.replication.senders import Connection, Senders
 from factstream.replication.stream import ReplicatedStream, RowError
 from factstream.replication.waiters import PositionWaiters
@@ -130,8 +131,11 @@ class ReplicationHandler:
         self._capacity = asyncio.Event()
         self._capacity.set()
         self.senders = Senders(instance_name, self.streams)
-        #: Per (stream, writer): the newest position heard from that writer (POSITION or RDATA).
-        self.heard: dict[tuple[str, str], int] = {}
+        #: What each writer announced and when (see :class:`LagTracker`); off with ``metrics.enabled: false``.
+        self.lag = LagTracker(lambda stream, writer: self.streams[stream].current_token(writer))
+        self.tracking = True
+        #: Per stream, the catch-up pages and rows read from the database since start.
+        self._catch_ups: dict[str, list[int]] = {}
 
     # -- connections -------------------------------------------------------------------------------
 
@@ -167,17 +171,18 @@ class ReplicationHandler:
                 raise ProtocolError(f"unknown stream {cmd.stream_name!r}")
             if not self.senders.accept(conn, stream, cmd.instance_name, cmd.NAME):
                 return
+            if self.tracking:
+                if kind is wire.PositionCommand:
+                    position = cast(wire.PositionCommand, cmd)
+                    self.lag.heard_token(stream.name, position.instance_name, position.new_token, position.stamp)
+                elif cmd.token is not None:  # type: ignore[union-attr]
+                    self.lag.heard_token(cmd.stream_name, cmd.instance_name, cmd.token)  # type: ignore[union-attr]
             if (
                 isinstance(cmd, wire.PositionCommand)
                 and cmd.stream_name in self._connected.get(conn, ())
                 and stream.can_discard_position(cmd.instance_name, cmd.new_token)
             ):
                 return
-            token = cmd.new_token if kind is wire.PositionCommand else cmd.token  # type: ignore[union-attr]
-            if token is not None:
-                key = (cmd.stream_name, cmd.instance_name)
-                if token > self.heard.get(key, 0):
-                    self.heard[key] = token
             self._enqueue(conn, cmd)
         elif isinstance(cmd, wire.ReplicateCommand) and self.on_replicate is not None:
             self.on_replicate(conn)
@@ -188,6 +193,10 @@ class ReplicationHandler:
         if stream is None:
             raise ProtocolError(f"unknown stream {run.stream_name!r}")
         if self.senders.accept(conn, stream, run.instance_name, "RDATA"):
+            if self.tracking:
+                last = run.tokens[-1]
+                if last is not None:
+                    self.lag.heard_token(run.stream_name, run.instance_name, last)
             self._enqueue(conn, run, len(run.tokens))
 
     # -- who may say what --------------------------------------------------------------------------
@@ -208,16 +217,20 @@ class ReplicationHandler:
     # -- lag ---------------------------------------------------------------------------------------
 
     def lags(self) -> list[StreamLag]:
-        """How far this instance is behind each writer it heard of, per stream (see :class:`StreamLag`)."""
-        result = []
-        for (name, writer), heard in sorted(self.heard.items()):
-            stream = self.streams.get(name)
-            if stream is None or writer == self.instance_name:
-                continue
-            applied = stream.current_token(writer)
-            behind = max(0, heard - applied)
-            result.append(StreamLag(name, writer, max(heard, applied), applied, behind, 0.0))
-        return result
+        """How far this instance is behind each other writer it heard of, per stream (see :class:`StreamLag`)."""
+        return [
+            self.lag.lag(name, writer, self.streams[name].current_token(writer))
+            for name, writer in sorted(self.lag.heard)
+            if writer != self.instance_name
+        ]
+
+    def positions(self) -> dict[str, int]:
+        """Per stream, the position every writer has reached as this instance sees it (for log lines)."""
+        return {name: stream.id_gen.get_current_token() for name, stream in self.streams.items()}
+
+    def catch_ups(self) -> dict[str, tuple[int, int]]:
+        """Per stream, the pages and rows read from the database to catch up since start."""
+        return {name: (pages, rows) for name, (pages, rows) in self._catch_ups.items()}
 
     def _enqueue(self, conn: Connection, cmd: wire.Command | RdataRun, weight: int = 1) -> None:
         name = cmd.stream_name  # type: ignore[union-attr]
@@ -393,21 +406,39 @@ class ReplicationHandler:
             streams.discard(cmd.stream_name)
         self._batches.pop((cmd.stream_name, cmd.instance_name), None)
         current = stream.current_token(cmd.instance_name)
-        missing = not (cmd.prev_token <= current <= cmd.new_token)
+        if not cmd.prev_token <= current <= cmd.new_token:
+            await self._catch_up(stream, cmd, current)
+        await self._deliver(stream, cmd.instance_name, cmd.new_token, [])
+        self._connected[conn].add(cmd.stream_name)
+
+    async def _catch_up(self, stream: ReplicatedStream, cmd: wire.PositionCommand, current: int) -> None:
+        """Read the writer's rows after ``current`` from the database, a page at a time: every
+        token's rows to the plugins, then one advance to the page's end (logged, with counts)."""
+        writer = cmd.instance_name
+        fields = {"stream": stream.name, "writer": writer, "from": current, "to": cmd.new_token}
+        log.info("catch-up begun", extra={"fields": fields})
+        started = time.monotonic()
+        pages = rows = 0
+        missing = True
         while missing:
             updates, upto, missing = await stream.get_updates_since(
-                cmd.instance_name, current, cmd.new_token, limit=CATCH_UP_PAGE_ROWS
+                writer, current, cmd.new_token, limit=CATCH_UP_PAGE_ROWS
             )
-            # A page at a time: every token's rows to the plugins, then one advance to the page's end.
+            pages += 1
+            rows += len(updates)
             for token, group in itertools.groupby(updates, key=lambda u: u[0]):
-                waiting = self._rows(stream, cmd.instance_name, token, [row for _, row in group])
+                waiting = self._rows(stream, writer, token, [row for _, row in group])
                 if waiting is not None:
                     await waiting
             if missing:
-                await self._deliver(stream, cmd.instance_name, upto, [])
+                await self._deliver(stream, writer, upto, [])
             current = upto
-        await self._deliver(stream, cmd.instance_name, cmd.new_token, [])
-        self._connected[conn].add(cmd.stream_name)
+        counts = self._catch_ups.setdefault(stream.name, [0, 0])
+        counts[0] += pages
+        counts[1] += rows
+        seconds = round(time.monotonic() - started, 3)
+        fields = {"stream": stream.name, "writer": writer, "pages": pages, "rows": rows, "seconds": seconds}
+        log.info("catch-up finished", extra={"fields": fields})
 
     # -- delivery ----------------------------------------------------------------------------------
 
@@ -454,6 +485,7 @@ class ReplicationHandler:
         return await self.waiters.wait(stream, instance, position, timeout)
 
     async def close(self) -> None:
+        untrack(self)
         for task in self._workers.values():
             task.cancel()
         for task in self._workers.values():

@@ -52,6 +52,7 @@ from collections.abc import Callable
 
 from factstream.config import Settings
 from factstream.replication import wire
+from factstream.replication.links import Reconnects, track_links, untrack
 from factstream.replication.redis_subscribe import MAX_BACKOFF, Reader, RedisLink, RedisSubscriber
 from factstream.replication.resp import RespClient, RespError
 
@@ -102,8 +103,10 @@ class RedisTransport(RedisSubscriber):
         #: When the publishing task counts the subscribers early (after a REPLICATE), if it will.
         self._recount_at: float | None = None
         self._may_pack = settings.replication.redis_packing
+        self._publish_reconnects = Reconnects(log, self.stats.peer)
 
     async def start(self) -> None:
+        track_links(self)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._subscribe_loop(), name="repl-redis-sub"),
@@ -113,6 +116,8 @@ class RedisTransport(RedisSubscriber):
     # -- publishing ----------------------------------------------------------------------------------
 
     def send(self, command: wire.Command) -> None:
+        if type(command) is wire.PositionCommand and command.stamp is not None and not self.stamping:
+            command = command.unstamped()  # a subscriber may be a reference peer, which cannot parse it
         self._publish(command.redis_channel(self.channel).encode("utf-8"), [wire.encode_line(command)[:-1]])
 
     #: How the streamer ends the lines it hands to :meth:`send_lines`: not at all (a message is a line).
@@ -129,6 +134,8 @@ class RedisTransport(RedisSubscriber):
             )
         else:
             self._publish(self._channel, lines)
+        if self.counting:
+            self.stats.rows_sent += len(lines)
 
     def _publish(self, channel: bytes, messages: list[bytes], commands: int | None = None) -> None:
         """Publish ``messages`` in order; ``commands`` is how many commands they hold (default: one each)."""
@@ -137,6 +144,10 @@ class RedisTransport(RedisSubscriber):
         if self._secret is not None:
             sign, me = self._secret.sign, self._me
             messages = [sign(message, me) for message in messages]
+        if self.counting:
+            stats = self.stats
+            stats.commands_sent += len(messages) if commands is None else commands
+            stats.bytes_sent += sum(map(len, messages))
         publisher = self._publisher
         if (
             not self._outbox
@@ -183,6 +194,7 @@ class RedisTransport(RedisSubscriber):
                     if resend:
                         publisher.publish(resend)  # not answered before the break: again (readers drop repeats)
                     self._publisher = publisher
+                    self._publish_reconnects.succeeded()
                     delay = 0.1
                     if self._gap:
                         self._gap = False
@@ -198,13 +210,14 @@ class RedisTransport(RedisSubscriber):
                 # Packed messages only if every other subscriber reads them. A subscriber that never
                 # announced (a reference peer, a monitoring client) keeps them off; a newcomer's
                 # REPLICATE turns them off until a count taken after it confirms.
-                if (
-                    self._may_pack
-                    and subscribed
+                factstream_only = (
+                    subscribed
                     and self.link is not None
                     and epoch == self._replicate_epoch
                     and count - 1 <= len(self._multiline)
-                ):
+                )
+                self.stamping = factstream_only
+                if self._may_pack and factstream_only:
                     self.packing = True
                 else:
                     self._stop_packing()
@@ -234,7 +247,7 @@ class RedisTransport(RedisSubscriber):
             except (RespError, OSError, ValueError, IndexError, TypeError) as exc:
                 # Not lost for readers: republished after reconnecting (and they catch up from the database).
                 self._peers = True  # unknown: keep sending
-                log.warning("cannot publish to Redis at %s (%s); retrying in %.1fs", self.address, exc, delay)
+                self._publish_reconnects.failed(f"cannot publish: {exc}", delay)
                 if publisher is not None:
                     publisher.close()
                 await asyncio.sleep(delay)
@@ -244,6 +257,7 @@ class RedisTransport(RedisSubscriber):
         """Someone (re)subscribed: stop packing, count again who reads packed messages, and announce
         that we do (for the count that may turn packing back on)."""
         self._stop_packing()
+        self.stamping = False
         self._multiline.clear()
         self._replicate_epoch += 1
         if self._recount_at is None:
@@ -265,6 +279,7 @@ class RedisTransport(RedisSubscriber):
                 self.on_gap()
 
     async def close(self) -> None:
+        untrack(self)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

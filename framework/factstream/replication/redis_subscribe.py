@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from factstream.config import Settings
 from factstream.replication import wire
 from factstream.replication.auth import ReplicationSecret
-from factstream.replication.links import LinkStats
+from factstream.replication.links import LinkStats, Reconnects, metrics_enabled, positions_text
 from factstream.replication.resp import RedisAddress, RespClient, RespError
 from factstream.replication.wire import ProtocolError, RdataRun, split_runs, uniform_run
 
@@ -127,6 +127,13 @@ class RedisSubscriber:
         )
         #: The one link (the connection pair), up while subscribed; its peer names the server, no password.
         self.stats = LinkStats(peer=f"{where}/{address.db}", transport="redis", direction="outbound")
+        #: Whether the counters of :attr:`stats` are kept (``metrics.enabled``).
+        self.counting = metrics_enabled(settings)
+        self.instance_name = settings.instance_name
+        self._reconnects = Reconnects(log, self.stats.peer)
+        #: Whether POSITIONs go out with the writer's clock stamp: only while every other subscriber
+        #: announced that it is a factstream process (``FS_MULTILINE``), as for packing.
+        self.stamping = False
         #: Messages (or lines of signed messages) dropped: unsigned, wrongly signed, or not the signer's.
         self.unsigned = 0
         self._unsigned_logged = -60.0
@@ -153,6 +160,11 @@ class RedisSubscriber:
                 await client.subscribe(self._channel, functools.partial(self._receive, client, link))
                 self.link = link
                 self.stats.connected()
+                fields: dict[str, object] = {"peer": self.stats.peer, "positions": self._positions_text()}
+                failed = self._reconnects.succeeded()
+                if failed:
+                    fields["failed_attempts"] = failed
+                log.info("replication link up", extra={"fields": fields})
                 self._forget_multiline()  # and announce ourselves, before REPLICATE: peers re-announce on it
                 self.send(wire.ReplicateCommand())
                 if self.on_connected is not None:
@@ -175,10 +187,15 @@ class RedisSubscriber:
             except asyncio.CancelledError:
                 raise
             except (RespError, OSError) as exc:
-                log.warning("Redis subscription lost (%s); reconnecting in %.1fs", exc, delay)
+                if self.link is link and link is not None:
+                    fields = {"peer": self.stats.peer, "reason": str(exc), "retry_in": round(delay, 1)}
+                    log.info("replication link down", extra={"fields": fields})
+                else:
+                    self._reconnects.failed(exc, delay)
             finally:
                 self.connected.clear()
                 self.stats.disconnected()
+                self.stamping = False
                 self._stop_packing()  # whoever subscribes meanwhile has not been counted
                 if link is not None:
                     self.handler.lost_connection(link)
@@ -191,6 +208,10 @@ class RedisSubscriber:
 
     def links(self) -> list[LinkStats]:
         return [self.stats]
+
+    def _positions_text(self) -> str:
+        positions = getattr(self.handler, "positions", None)
+        return positions_text(positions()) if positions is not None else ""
 
     def _receive(self, client: RespClient, link: RedisLink, replies: list[Any]) -> None:
         """Handle one read's messages, in order: own echoes dropped, RDATA in runs."""
@@ -212,6 +233,9 @@ class RedisSubscriber:
     def _dispatch(self, link: RedisLink, replies: list[Any]) -> None:
         own = self._own
         datas: list[bytes] = list(map(_data, replies))
+        counting = self.counting
+        if counting:
+            self.stats.bytes_received += sum(map(len, datas))
         if datas[0].startswith(own) and all(map(methodcaller("startswith", own), datas)):
             return  # a writer mostly receives its own echoes (a packed one holds only its own RDATA)
         #: With a secret: the one instance that signed every message of this read, whose lines are
@@ -231,12 +255,16 @@ class RedisSubscriber:
             # needs no other check.
             run = uniform_run(datas, self.max_line)
             if run is not None and (signer is None or run.instance_name.encode("utf-8") == signer):
+                if counting:
+                    self.stats.commands_received += len(datas)
                 self._dispatch_run(link, run)
                 return
         if signer is not None:
             datas = self._signers_lines(datas, signer)
         echoes = list(map(methodcaller("startswith", own), datas))
         lines = list(compress(datas, map(not_, echoes))) if any(echoes) else datas
+        if counting:
+            self.stats.commands_received += len(lines)
         for item in split_runs(lines, self.max_line):
             if isinstance(item, bytes):
                 self._handle(link, item)
@@ -303,6 +331,8 @@ class RedisSubscriber:
             )
 
     def _dispatch_run(self, link: RedisLink, run: RdataRun) -> None:
+        if self.counting:
+            self.stats.rows_received += len(run.tokens)
         try:
             self.handler.on_rdata_run(link, run)
         except ProtocolError as exc:
@@ -318,6 +348,8 @@ class RedisSubscriber:
         except wire.CommandParseError as exc:
             log.warning("ignoring a replication line that does not parse (%s): %r", exc, data[:200])
             return
+        if type(cmd) is wire.RdataCommand and self.counting:
+            self.stats.rows_received += 1
         if type(cmd) is wire.ReplicateCommand:
             self._peers = True  # someone (re)subscribed: answer them, and keep sending
             self._forget_multiline()

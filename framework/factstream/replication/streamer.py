@@ -23,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from factstream.replication import wire
@@ -71,6 +72,8 @@ class ReplicationStreamer:
         self._skipped = False
         self._task: asyncio.Task[None] | None = None
         self.rows_sent = 0
+        #: The wall clock its POSITIONs are stamped with (docs/replication.md, "Lag"); tests skew it.
+        self.clock: Callable[[], float] = time.time
         for stream in self.streams:
             stream.id_gen.add_completion_listener(self.poke)
 
@@ -98,8 +101,14 @@ class ReplicationStreamer:
 
     def _send_positions(self) -> None:
         """``POSITION s me t t`` for every stream, ``t`` the last token sent."""
+        stamp = self._stamp()
         for stream in self.streams:
-            self.send(wire.PositionCommand(stream.name, self.instance_name, stream.last_token, stream.last_token))
+            last = stream.last_token
+            self.send(wire.PositionCommand(stream.name, self.instance_name, last, last, stamp))
+
+    def _stamp(self) -> int:
+        """This process's clock in milliseconds, for the POSITIONs it sends (see :attr:`clock`)."""
+        return int(self.clock() * 1000)
 
     def announce(self) -> None:
         """Announce every stream's position on the next iteration (after any backlog)."""
@@ -153,7 +162,7 @@ class ReplicationStreamer:
                 more |= limited
                 if not tokens:
                     if current > last:
-                        self.send(wire.PositionCommand(stream.name, self.instance_name, last, current))
+                        self.send(wire.PositionCommand(stream.name, self.instance_name, last, current, self._stamp()))
                     continue
                 last = tokens[-1]
                 self.send_lines(
@@ -161,7 +170,7 @@ class ReplicationStreamer:
                 )
                 self.rows_sent += len(tokens)
                 if last < current:
-                    self.send(wire.PositionCommand(stream.name, self.instance_name, last, current))
+                    self.send(wire.PositionCommand(stream.name, self.instance_name, last, current, self._stamp()))
         if self._announce:
             self._announce = False
             self._send_positions()

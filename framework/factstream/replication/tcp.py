@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from factstream.replication import wire
 from factstream.replication.auth import ReplicationSecret
-from factstream.replication.links import RECENT_SECONDS, LinkStats
+from factstream.replication.links import RECENT_SECONDS, LinkStats, Reconnects, positions_text
 from factstream.replication.tcp_connection import (
     CLOSE_TIMEOUT,
     DEFAULT_MAX_LINE,
@@ -49,6 +49,8 @@ from factstream.replication.tcp_connection import (
     PositionVetter,
     Side,
     TcpConnection,
+    ping,
+    unstamped_line,
 )
 from factstream.sockets import set_nodelay
 
@@ -72,6 +74,13 @@ class Link:
     capacity: Capacity | None = None
     secret: ReplicationSecret | None = None
     vetter: PositionVetter | None = None
+    #: Keep each link's counters (``metrics.enabled``).
+    counting: bool = True
+    #: This process's positions, per stream, for the log lines of links coming up.
+    positions: Callable[[], dict[str, int]] | None = None
+
+    def positions_text(self) -> str:
+        return positions_text(self.positions()) if self.positions is not None else ""
 
     def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, side: Side) -> TcpConnection:
         return TcpConnection(
@@ -87,6 +96,7 @@ class Link:
             max_line=self.max_line,
             secret=self.secret,
             vetter=self.vetter,
+            counting=self.counting,
         )
 
 
@@ -117,6 +127,7 @@ class TcpServer:
         conn = self.link.connection(reader, writer, "server")
         conn.stats = LinkStats(peer=conn.name, transport="tcp", direction="inbound")
         conn.stats.connected()
+        conn.on_named = self._named
         self.connections.add(conn)
         task = asyncio.current_task()
         if task is not None:
@@ -131,8 +142,17 @@ class TcpServer:
             conn.stats.disconnected()
             self._closed[conn.stats.peer] = conn.stats
             self.link.on_disconnect(conn)
+            if conn.peer is not None:  # a connection that never said who it is was never "up"
+                fields = {"peer": conn.peer, "direction": "inbound", "reason": conn.close_reason or "closed"}
+                log.info("replication link down", extra={"fields": fields})
             if task is not None:
                 self._tasks.discard(task)
+
+    def _named(self, conn: TcpConnection) -> None:
+        """A client said who it is: its link is up."""
+        conn.stats.peer = conn.peer or conn.name
+        fields = {"peer": conn.stats.peer, "direction": "inbound", "positions": self.link.positions_text()}
+        log.info("replication link up", extra={"fields": fields})
 
     def links(self) -> list[LinkStats]:
         """One inbound link per connected peer, then those closed in the last :data:`RECENT_SECONDS`
@@ -154,9 +174,13 @@ class TcpServer:
         if not self.connections:
             return
         line = wire.encode_line(command)
+        plain = unstamped_line(command, line)
+        rdata = type(command) is wire.RdataCommand
         for conn in list(self.connections):
             if conn is not exclude and conn.may_send:  # nothing for a client that has not authenticated
-                conn.send_line(line)
+                conn.send_line(line if conn.reads_stamps else plain)
+                if rdata and conn.counting:
+                    conn.stats.rows_sent += 1
 
     def send_lines_all(self, lines: list[bytes], *, exclude: TcpConnection | None = None) -> None:
         if not self.connections:
@@ -165,6 +189,8 @@ class TcpServer:
         for conn in list(self.connections):
             if conn is not exclude and conn.may_send:
                 conn.send_blob(blob, len(lines))
+                if conn.counting:
+                    conn.stats.rows_sent += len(lines)  # RDATA lines: the streamer's and the runs relayed
 
     async def close(self) -> None:
         if self._server is not None:
@@ -197,6 +223,7 @@ class TcpClient:
         self.connects = 0
         #: The one outbound link, across reconnects (its peer: the main instance's name once set).
         self.stats = LinkStats(peer=f"{host}:{port}", transport="tcp", direction="outbound")
+        self._reconnects = Reconnects(log, f"{host}:{port}")
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="repl-tcp-client")
@@ -213,14 +240,7 @@ class TcpClient:
                     server_hostname=self.host if self.tls is not None else None,
                 )
             except OSError as exc:  # ssl.SSLError (a certificate not trusted, a peer without TLS) is one
-                log.log(
-                    logging.WARNING if isinstance(exc, ssl.SSLError) else logging.INFO,
-                    "cannot reach replication server %s:%d (%s); retrying in %.1fs",
-                    self.host,
-                    self.port,
-                    exc,
-                    delay,
-                )
+                self._reconnects.failed(exc, delay, warn=isinstance(exc, ssl.SSLError))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_backoff)
                 continue
@@ -232,8 +252,17 @@ class TcpClient:
             self.stats.connected()
             self.connection = conn
             self.connects += 1
+            fields: dict[str, object] = {
+                "peer": self.stats.peer,
+                "address": f"{self.host}:{self.port}",
+                "positions": self.link.positions_text(),
+            }
+            failed = self._reconnects.succeeded()
+            if failed:
+                fields["failed_attempts"] = failed
+            log.info("replication link up", extra={"fields": fields})
             conn.send(wire.NameCommand(self.link.local_name))
-            conn.send(wire.PingCommand(str(int(time.time() * 1000))))
+            conn.send(ping())
             self.link.on_connect(conn)
             conn.send(wire.ReplicateCommand())
             self.connected.set()
@@ -244,9 +273,8 @@ class TcpClient:
                 self.connection = None
                 self.stats.disconnected()
                 self.link.on_disconnect(conn)
-                log.info(
-                    "replication connection to %s:%d lost (%s)", self.host, self.port, conn.close_reason or "closed"
-                )
+                fields = {"peer": self.stats.peer, "reason": conn.close_reason or "closed"}
+                log.info("replication link down", extra={"fields": fields})
             await asyncio.sleep(delay)
 
     def links(self) -> list[LinkStats]:
@@ -256,10 +284,15 @@ class TcpClient:
         conn = self.connection
         if conn is not None and conn is not exclude:
             conn.send(command)
+            if conn.counting and type(command) is wire.RdataCommand:
+                conn.stats.rows_sent += 1
 
     def send_lines_all(self, lines: list[bytes], *, exclude: TcpConnection | None = None) -> None:
-        if self.connection is not None and self.connection is not exclude:
-            self.connection.send_lines(lines)
+        conn = self.connection
+        if conn is not None and conn is not exclude:
+            conn.send_lines(lines)
+            if conn.counting:
+                conn.stats.rows_sent += len(lines)  # RDATA lines (the streamer's)
 
     async def close(self) -> None:
         if self._task is not None:

@@ -43,6 +43,22 @@ WRITE_CHUNK = 256 * 1024
 AUTH_TIMEOUT = 10.0
 #: How long closing a connection waits for its buffered output to leave before dropping it.
 CLOSE_TIMEOUT = 5.0
+#: Ends the text of every PING a factstream process sends: "I read the writer's clock stamp on
+#: POSITION" (see :meth:`TcpConnection.position_line`). A reference peer's PING is a bare timestamp,
+#: and it ignores what a PING says.
+STAMPS = " stamps"
+
+
+def ping() -> wire.PingCommand:
+    """A keep-alive: this process's clock in milliseconds, as the reference sends, and :data:`STAMPS`."""
+    return wire.PingCommand(f"{int(time.time() * 1000)}{STAMPS}")
+
+
+def unstamped_line(command: wire.Command, line: bytes) -> bytes:
+    """``line`` (``command`` encoded) for a peer that does not read POSITION stamps."""
+    if type(command) is wire.PositionCommand and command.stamp is not None:
+        return wire.encode_line(command.unstamped())
+    return line
 
 
 class Capacity(Protocol):
@@ -83,6 +99,7 @@ class TcpConnection:
         dispatch_run: DispatchRun | None = None,
         secret: ReplicationSecret | None = None,
         vetter: PositionVetter | None = None,
+        counting: bool = True,
     ) -> None:
         self.dispatch_run = dispatch_run
         self.secret = secret
@@ -128,6 +145,12 @@ class TcpConnection:
         self._paused = False
         self._opened = time.monotonic()
         self.close_reason: str | None = None
+        #: The peer's PINGs said it reads POSITION stamps (a factstream process; see :data:`STAMPS`).
+        self.reads_stamps = False
+        #: Whether the counters of :attr:`stats` are kept (``metrics.enabled``).
+        self.counting = counting
+        #: Called once the server knows which instance the peer is (its NAME, or its proof).
+        self.on_named: Callable[[TcpConnection], None] | None = None
         #: This link's counters (the server or client that opened it replaces them with its own).
         self.stats = LinkStats(peer=self.name, transport="tcp", direction="inbound" if side == "server" else "outbound")
 
@@ -138,7 +161,8 @@ class TcpConnection:
     def send(self, command: wire.Command) -> None:
         """Queue a command; a full queue means the peer cannot keep up: disconnect it."""
         if not self.closed:
-            self.send_line(wire.encode_line(command))
+            line = wire.encode_line(command)
+            self.send_line(line if self.reads_stamps else unstamped_line(command, line))
 
     def send_line(self, line: bytes) -> None:
         """Queue an encoded line (``send`` for many connections encodes once, then calls this)."""
@@ -152,6 +176,10 @@ class TcpConnection:
         """Queue ``lines`` whole encoded lines joined into one blob (shared by every connection)."""
         if self.closed:
             return
+        if self.counting:
+            stats = self.stats
+            stats.commands_sent += lines
+            stats.bytes_sent += len(blob)
         if not self._queue and self.may_send and self.writer.transport.get_write_buffer_size() < WRITE_CHUNK:
             # Nothing waits and the socket keeps up: write now (one syscall, no task switch).
             self.writer.write(blob)
@@ -175,7 +203,7 @@ class TcpConnection:
         lines = [wire.encode_line(wire.ServerCommand(self.server_name))]
         if self.secret is not None:
             lines.append(self.secret.challenge_line(self._nonce))
-        lines.append(wire.encode_line(wire.PingCommand(str(int(time.time() * 1000)))))
+        lines.append(wire.encode_line(ping()))
         self._write_now(b"".join(lines))
 
     def _overflow(self) -> None:
@@ -242,6 +270,10 @@ class TcpConnection:
                 self._last_received = time.monotonic()
                 lines = (partial + data).split(b"\n") if partial else data.split(b"\n")
                 partial = lines.pop()
+                if self.counting:
+                    stats = self.stats
+                    stats.bytes_received += len(data)
+                    stats.commands_received += len(lines)
                 if len(partial) > self.max_line:
                     self.close("Line length exceeded")
                     return
@@ -277,6 +309,8 @@ class TcpConnection:
                     return False
                 continue
             assert self.dispatch_run is not None
+            if self.counting:
+                self.stats.rows_received += len(item.tokens)
             try:
                 self.dispatch_run(self, item)
             except ProtocolError as exc:
@@ -315,7 +349,10 @@ class TcpConnection:
             position = cast(wire.PositionCommand, cmd)
             if self.vetter is not None and not self.vetter.position_known(self, position):
                 return position
-        elif kind is not wire.RdataCommand and not self._protocol_command(cmd):
+        elif kind is wire.RdataCommand:
+            if self.counting:
+                self.stats.rows_received += 1
+        elif not self._protocol_command(cmd):
             return False
         return self._dispatch(cmd)
 
@@ -356,6 +393,8 @@ class TcpConnection:
                 if instance == self.local_name:
                     raise AuthError(f"{instance!r} is this process's own instance name")
                 self.peer = self.name = instance
+                if self.on_named is not None:
+                    self.on_named(self)
                 self.trusted = self.may_send = True
                 self._write_now(secret.accept_line(self._nonce, client_nonce, self.local_name))
                 self._ready.set()
@@ -398,6 +437,8 @@ class TcpConnection:
         """Handle the commands that belong to the link itself; False if the link was closed."""
         if isinstance(cmd, wire.PingCommand):
             self._received_ping = True
+            if cmd.data.endswith(STAMPS):
+                self.reads_stamps = True
         elif isinstance(cmd, wire.NameCommand):
             if self.side == "server":
                 if cmd.name == self.local_name:
@@ -406,7 +447,10 @@ class TcpConnection:
                 if self.peer is not None and cmd.name != self.peer:
                     self.close(f"NAME {cmd.name}: this connection speaks for {self.peer}")
                     return False
-                self.peer = cmd.name
+                if self.peer is None:  # with a secret, it was named by its proof
+                    self.peer = self.name = cmd.name
+                    if self.on_named is not None:
+                        self.on_named(self)
             self.name = cmd.name
         elif isinstance(cmd, wire.ErrorCommand):
             log.warning("replication peer %s reported an error: %s", self.name, cmd.message)
@@ -443,4 +487,4 @@ class TcpConnection:
                 self.close("ping timeout")
                 return
             if now - self._last_sent >= self.ping_interval:
-                self.send(wire.PingCommand(str(int(time.time() * 1000))))
+                self.send(ping())

@@ -18,7 +18,7 @@ from factstream.errors import ConfigError
 from factstream.replication import wire
 from factstream.replication.auth import ReplicationSecret
 from factstream.replication.handler import ReplicationHandler
-from factstream.replication.links import LinkStats
+from factstream.replication.links import LinkStats, metrics_enabled, track_lags, track_links, untrack
 from factstream.replication.tcp import Link, TcpClient, TcpConnection, TcpServer
 from factstream.replication.wire import RdataRun
 
@@ -62,6 +62,7 @@ class TcpTransport:
         self.port = (endpoint.replication_port if endpoint else None) or DEFAULT_REPLICATION_PORT
         self.is_server = settings.instance_name == main
         self.endpoint: TcpServer | TcpClient | None = None
+        self.instance_name = settings.instance_name
 
     def _dispatch(self, conn: TcpConnection, cmd: wire.Command) -> None:
         self.handler.on_command(conn, cmd)  # raises ProtocolError for what must not be relayed
@@ -81,6 +82,7 @@ class TcpTransport:
             self.on_connected()
 
     async def start(self) -> None:
+        track_links(self)
         limits = self.settings.replication
         link = Link(
             server_name=self.settings.deployment,
@@ -94,6 +96,8 @@ class TcpTransport:
             capacity=self.handler,
             secret=ReplicationSecret.from_settings(self.settings),
             vetter=self.handler,
+            counting=metrics_enabled(self.settings),
+            positions=self.handler.positions,
         )
         tls = tls_context(self.settings, server=self.is_server)
         if self.is_server:
@@ -127,6 +131,7 @@ class TcpTransport:
         return self.endpoint.links() if self.endpoint is not None else []
 
     async def close(self) -> None:
+        untrack(self)
         if self.endpoint is not None:
             await self.endpoint.close()
 
@@ -157,6 +162,8 @@ def tls_context(settings: Settings, *, server: bool) -> ssl.SSLContext | None:
 
 
 def make_transport(settings: Settings, handler: ReplicationHandler) -> Transport:
+    handler.tracking = metrics_enabled(settings)
+    track_lags(handler)
     if settings.redis.url:
         from factstream.replication.redis import RedisTransport
 

@@ -108,11 +108,17 @@ class RdataCommand(Command, frozen=True, dict=True):
 
 
 class PositionCommand(Command, frozen=True):
-    """``POSITION <stream_name> <instance_name> <prev_token> <new_token>``: a writer's stream position.
+    """``POSITION <stream_name> <instance_name> <prev_token> <new_token> [<stamp>]``: a writer's stream position.
 
     The sender guarantees it wrote no rows in ``(prev_token, new_token]``; a receiver whose view of the
     writer is outside ``[prev_token, new_token]`` has missed rows and catches up out of band. The
     first announcement after (re)connecting uses ``prev_token == new_token``.
+
+    Beyond the reference: ``stamp``, the writer's wall clock in milliseconds when it reached
+    ``new_token``, an optional trailing field. Lines without it (the reference's) parse with ``stamp``
+    None; the transports send it only to peers that said they read it (a reference peer could not
+    parse it), and readers use it only through an offset estimated per writer, never compared with
+    their own clock directly (see docs/replication.md, "Lag").
     """
 
     NAME: ClassVar[str] = "POSITION"
@@ -120,28 +126,35 @@ class PositionCommand(Command, frozen=True):
     instance_name: str
     prev_token: int
     new_token: int
+    stamp: int | None = None
 
     def to_body(self) -> str:
         name = self.NAME
-        return " ".join(
-            (
-                check_word(name, "stream_name", self.stream_name),
-                check_word(name, "instance_name", self.instance_name),
-                int_text(name, "prev_token", self.prev_token),
-                int_text(name, "new_token", self.new_token),
-            )
-        )
+        fields = [
+            check_word(name, "stream_name", self.stream_name),
+            check_word(name, "instance_name", self.instance_name),
+            int_text(name, "prev_token", self.prev_token),
+            int_text(name, "new_token", self.new_token),
+        ]
+        if self.stamp is not None:
+            fields.append(int_text(name, "stamp", self.stamp))
+        return " ".join(fields)
+
+    def unstamped(self) -> PositionCommand:
+        """The same position without ``stamp``: the reference's line, for peers that do not read it."""
+        return PositionCommand(self.stream_name, self.instance_name, self.prev_token, self.new_token)
 
     @classmethod
     def from_body(cls, body: str) -> Self:
-        parts = body.split(" ", 3)
-        if len(parts) != 4:
+        parts = body.split(" ", 4)
+        if len(parts) < 4:
             raise CommandParseError(f"POSITION: expected 4 fields, got {len(parts)}")
-        stream_name, instance_name, prev_text, new_text = parts
+        stream_name, instance_name, prev_text, new_text = parts[:4]
+        stamp = parse_int("POSITION", "stamp", parts[4]) if len(parts) == 5 else None
         # Inlined parse_int() for the common case, like RDATA's token: POSITION is the next most frequent line.
         if prev_text.isdigit() and new_text.isdigit() and prev_text.isascii() and new_text.isascii():
             try:
-                return cls(stream_name, instance_name, int(prev_text), int(new_text))
+                return cls(stream_name, instance_name, int(prev_text), int(new_text), stamp)
             except ValueError:
                 pass  # more digits than int() converts: parse_int() reports it
         return cls(
@@ -149,6 +162,7 @@ class PositionCommand(Command, frozen=True):
             instance_name,
             parse_int("POSITION", "prev_token", prev_text),
             parse_int("POSITION", "new_token", new_text),
+            stamp,
         )
 
 
