@@ -171,6 +171,26 @@ class HttpConfig(_Section):
         return value
 
 
+class DashboardConfig(_Section):
+    """``dashboard``: the operator's page ``GET /dashboard`` and its ``/dashboard/state`` (see docs/dashboard.md).
+
+    Loopback clients are always let in while it is enabled; ``token`` lets any other client in that
+    sends ``Authorization: Bearer TOKEN`` or ``?token=TOKEN``.
+    """
+
+    enabled: bool = Field(default=True, description="serve /dashboard and its state (false: they answer 404)")
+    token: SecretStr | None = Field(
+        default=None, description="also let in non-loopback clients that send this token (bearer or ?token=)"
+    )
+
+    @field_validator("token")
+    @classmethod
+    def _token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and (not value.get_secret_value() or any(c.isspace() for c in value.get_secret_value())):
+            raise ValueError("the dashboard token must be non-empty and contain no whitespace")
+        return value
+
+
 class HealthConfig(_Section):
     """``health``: when ``/health`` reports ``degraded`` (see docs/http-api.md)."""
 
@@ -228,6 +248,7 @@ class Settings(BaseSettings):
     replication: ReplicationConfig = ReplicationConfig()
     caches: CachesConfig = CachesConfig()
     http: HttpConfig = HttpConfig()
+    dashboard: DashboardConfig = DashboardConfig()
     health: HealthConfig = HealthConfig()
     metrics: MetricsConfig = MetricsConfig()
     logging: LoggingConfig = LoggingConfig()

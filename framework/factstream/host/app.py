@@ -40,6 +40,7 @@ from factstream.host import health, request_metrics
 from factstream.host.auth import TokenAuthenticator
 from factstream.host.facade import HostFacade, load_plugin_settings
 from factstream.host.pipeline import LocalRows, ReaderPipeline
+from factstream.host.recent import RecentProblems
 from factstream.host.server import HttpServer
 from factstream.idgen import metrics as idgen_metrics
 from factstream.idgen.generator import MultiWriterIdGenerator
@@ -93,6 +94,8 @@ class Host:
         self._plugins_started = False
         #: The signal that stopped :meth:`run_until_stopped` (``None`` until one did).
         self.stop_signal: signal.Signals | None = None
+        #: The last warnings and errors of this process (the dashboard shows them), kept while it runs.
+        self.recent = RecentProblems()
 
     # -- access for the core (plugins get ``api``) ----------------------------------------------------
 
@@ -129,6 +132,7 @@ class Host:
 
     async def start(self) -> None:
         register_metrics()
+        self.recent.install()
         health.track(self)
         settings = self.settings
         self._started_at = time.monotonic()
@@ -328,6 +332,7 @@ class Host:
         if self.db is not None:
             await self.db.close()
         self.caches.close()
+        self.recent.remove()
         self._stopped.set()
 
     async def run_until_stopped(self) -> None:

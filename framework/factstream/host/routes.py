@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from factstream.host.dashboard import dashboard_routes
 from factstream.host.health import check_health
 from factstream.host.http import CORE, ApiRoute
 from factstream.plugin.specs import RouteSpec
@@ -229,6 +230,7 @@ def core_routes() -> list[ApiRoute]:
         ),
         ApiRoute(RouteSpec("/metrics", metrics, name="metrics", access="public"), CORE),
         ApiRoute(RouteSpec("/openapi.json", openapi, name="openapi", access="public"), CORE),
+        *dashboard_routes(),
     ]
 
 
