@@ -137,6 +137,10 @@ def test_the_dashboard_is_importable() -> None:
             metric_names(target["expr"])  # parses
 
 
+#: The series a family of each type is scraped as, besides its own name.
+SUFFIXES = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "summary": ["_sum", "_count"]}
+
+
 def exported_names(exposition: str) -> set[str]:
     """The series names a scrape of this text can hold: every sample's name, and for each declared family
     the names of its type (a counter's ``_total``, a histogram's ``_bucket``, ``_sum`` and ``_count``)."""
