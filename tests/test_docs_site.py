@@ -130,3 +130,37 @@ def test_the_api_reference_documents_each_public_name(site: Path, module: str, n
     page = (site / "reference" / "api" / "index.html").read_text()
     anchors = set(re.findall(r'id="([\w.]+)"', page))
     assert [name for name in names if f"{module}.{name}" not in anchors] == []
+
+
+def test_docstring_roles_become_links_and_a_broken_one_fails(site: Path) -> None:
+    """The Sphinx roles of the docstrings are links of the API reference; one whose target is gone is a
+    cross-reference to nothing (which fails the strict build) rather than text."""
+    import griffe
+
+    sys.path.insert(0, str(DOCS / "gen"))
+    try:
+        import griffe_roles
+    finally:
+        sys.path.remove(str(DOCS / "gen"))
+    page = (site / "reference" / "api" / "index.html").read_text()
+    assert ":class:`" not in page and ":meth:`" not in page
+    assert re.search(r'<a class="autorefs[^>]*href="#factstream.HostApi.call_hook"><code>call_hook</code></a>', page)
+
+    pkg = griffe.load(
+        "factstream",
+        search_paths=[str(ROOT / "framework")],
+        extensions=griffe.load_extensions(griffe_roles.SphinxRoles),
+    )
+    call_first = pkg["plugin.api.HostApi.call_first"]
+    assert "[`call_hook`][factstream.plugin.api.HostApi.call_hook]" in call_first.docstring.value
+    shown = griffe_roles.shown_paths(pkg)
+
+    def rendered(role: str) -> str:
+        match = griffe_roles.ROLE.search(role)
+        assert match is not None
+        return griffe_roles.link(call_first, match, pkg, shown)
+
+    assert rendered(":meth:`call_hook`") == "[`call_hook`][factstream.plugin.api.HostApi.call_hook]"
+    assert rendered(":class:`~factstream.plugin.manager.PluginHost`") == "`PluginHost`"  # private: code
+    assert rendered(":class:`KeyError`") == "`KeyError`"
+    assert rendered(":meth:`call_hooks`") == "[`call_hooks`][call_hooks]"  # gone: a broken reference
