@@ -25,6 +25,8 @@ from sqlalchemy import (
 )
 
 metadata = MetaData()
+"""The SQLAlchemy ``MetaData`` every table of the core and of the plugins is declared on (a plugin's
+``Table(name, factstream.metadata, ...)``), which migrations and queries use."""
 
 #: Per stream, per writer: the last position the writer persisted (read at start-up only).
 stream_positions = Table(

@@ -48,10 +48,10 @@ F = TypeVar("F", bound=Callable[..., object])
 #: The attribute ``@factstream.hookimpl(defined_by=...)`` sets on the function it marks.
 DEFINED_BY_ATTRIBUTE = "factstream_defined_by"
 
-#: The marker for hook specifications (``@factstream.hookspec``): the core's below, and those a plugin
-#: defines for other plugins to implement (``register_hookspecs``). ``firstresult=True`` declares a
-#: hook whose callers want the first non-None answer (``host.call_first``).
 hookspec = pluggy.HookspecMarker("factstream")
+"""The marker for hook specifications (``@factstream.hookspec``): the core's below, and those a plugin
+defines for other plugins to implement (``register_hookspecs``). ``firstresult=True`` declares a
+hook whose callers want the first non-None answer (``host.call_first``)."""
 
 
 class HookimplMarker:
@@ -133,10 +133,10 @@ class HookimplMarker:
         return decorate if function is None else decorate(function)
 
 
-#: The marker for hook implementations (``@factstream.hookimpl``). It lives beside the specs, below the
-#: manager, so the core's own plugin (:mod:`factstream.plugin.core`) can use it without importing the
-#: manager that loads it.
 hookimpl = HookimplMarker("factstream")
+"""The marker for hook implementations (``@factstream.hookimpl``). It lives beside the specs, below the
+manager, so the core's own plugin (`factstream.plugin.core`) can use it without importing the
+manager that loads it."""
 
 # ---------------------------------------------------------------------------------------------------
 # registration

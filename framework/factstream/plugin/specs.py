@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 
     from factstream.plugin.api import HostApi
 
-#: Cache names with a meaning of their own on the caches stream (the reference's "fake" caches):
-#: ``cs_cache_fake`` (a room's current state changed), ``ph_cache_fake`` (history purged) and
-#: ``dr_cache_fake`` (room deleted). No cache may be registered under them, and they cannot be
-#: invalidated wholesale (a row with a null key).
 CURRENT_STATE_CACHE_NAME = "cs_cache_fake"
+"""Cache names with a meaning of their own on the caches stream (the reference's "fake" caches):
+``cs_cache_fake`` (a room's current state changed), ``ph_cache_fake`` (history purged) and
+``dr_cache_fake`` (room deleted). No cache may be registered under them, and they cannot be
+invalidated wholesale (a row with a null key)."""
 SPECIAL_CACHE_NAMES = frozenset({CURRENT_STATE_CACHE_NAME, "ph_cache_fake", "dr_cache_fake"})
 
 #: What a key of a cache that depends on a room's current state is made of (see ``CacheSpec``).

@@ -243,10 +243,10 @@ class RowsHandlerSpec(AnyRowsHandlerSpec, Generic[RowT]):
             raise ValueError(f"rows handler of stream {self.stream.name!r}: handler must be callable")
 
 
-#: The ``register`` callable of ``register_streams``: takes one :class:`StreamSpec` per call.
 RegisterStream = Callable[[AnyStreamSpec], None]
-#: The ``register`` callable of ``register_rows_handlers``: takes one :class:`RowsHandlerSpec` per call.
+"""The ``register`` callable of ``register_streams``: takes one `StreamSpec` per call."""
 RegisterRowsHandler = Callable[[AnyRowsHandlerSpec], None]
+"""The ``register`` callable of ``register_rows_handlers``: takes one `RowsHandlerSpec` per call."""
 
 
 #: How many tokens one page of :func:`table_update_function` reads at most, in multiples of its limit.
