@@ -239,6 +239,7 @@ def shown(lines: list[str]) -> str:
 def test_the_tutorial_does_what_it_shows(tmp_path, factstream_server_url, fresh_database):
     uv = tool("uv", "UV")
     tool("curl")
+    tool("jq")
     steps = parse_steps(TUTORIAL.read_text(encoding="utf-8"))
     assert steps, "docs/tutorial.md has no console blocks"
     mapping = dict(zip(PORTS, distinct_free_ports(len(PORTS)), strict=True))
