@@ -162,7 +162,8 @@ def _reader_process(
     Commands: ``("disconnect",)`` drops its replication link; ``("connect", token)`` reconnects and
     answers once it has caught up to ``token``; ``("wait", token)`` answers with the wall-clock time
     at which the rows of ``token`` reached its rows handler (waiting for them if need be: ``token`` is
-    the last one written, so it is the last to arrive); ``("stop",)`` ends the process.
+    the last one written, so it is the last to arrive); ``("cpu",)`` answers the CPU seconds this
+    process has used; ``("stop",)`` ends the process.
     """
     probe = Probe()
     last = [0, 0.0]  # the token of the latest rows handler call, and when it came
@@ -190,7 +191,9 @@ def _reader_process(
             command = await asyncio.to_thread(pipe.recv)
             if command[0] == "stop":
                 break
-            if command[0] == "disconnect":
+            if command[0] == "cpu":
+                pipe.send(time.process_time())
+            elif command[0] == "disconnect":
                 await host.disconnect_replication()
                 pipe.send("ok")
             elif command[0] == "connect":
@@ -240,8 +243,13 @@ async def throughput(
     secret: str | None = None,
     *,
     metrics: bool = True,
+    cpu: dict[str, float] | None = None,
 ) -> tuple[float, float, float, list[float]]:
     """``(writes alone, writes with two readers, delivered to the slowest reader, per-round ratios)``.
+
+    ``cpu``, when given, receives the CPU seconds spent during the "readers" phases by this process
+    (the writer host: ``main``) and by the two reader processes together (``readers``), and the facts
+    written in those phases (``facts``): CPU per fact is the figure that holds on any machine.
 
     Rates are facts/s; a round's ratio is its delivered rate over the write rate of the "alone" phase
     just before it, which shows how much the figures move within one run.
@@ -314,10 +322,16 @@ async def throughput(
             alone_rate = n / (end - start)
 
             await ask(("connect", gen.get_current_token()))
+            readers_before = sum(await ask(("cpu",)))
+            main_before = time.process_time()
             n, start, end = await write_for(phase)
             together[0] += n
             together[1] += end - start
             arrived = await ask(("wait", gen.get_current_token()))
+            if cpu is not None:
+                cpu["main"] = cpu.get("main", 0.0) + time.process_time() - main_before
+                cpu["readers"] = cpu.get("readers", 0.0) + sum(await ask(("cpu",))) - readers_before
+                cpu["facts"] = cpu.get("facts", 0.0) + n
             delivered[0] += n
             delivered[1] += max(arrived) - start
             ratios.append(n / (max(arrived) - start) / alone_rate)
@@ -397,25 +411,41 @@ def run(url: str, redis_url: str | None, seconds: float = 3.0, catch_up_facts: i
     return lines
 
 
-def metrics_ab(url: str, redis_url: str | None, seconds: float = 3.0, rounds: int = 2) -> list[str]:
+def metrics_ab(url: str, redis_url: str | None, seconds: float = 3.0, rounds: int = 4) -> list[str]:
     """Throughput with ``metrics.enabled`` off and on, alternating (off, on, off, on ...) in one run so
-    that both see the same drift of the machine; the ratio is on over off (target >= 0.97)."""
+    that both see the same drift of the machine; the ratio is on over off (target >= 0.97).
+
+    Delivered facts/s on a machine of few cores moves by more than the 3% looked for from one round to
+    the next (writer, readers and PostgreSQL share the cores), so each line also gives the CPU per fact
+    of the writer's process and of the readers' (the counting is CPU work: its share of that is the
+    figure that holds on any machine), summed over all rounds of each side.
+    """
     lines = []
     for name, transport in (("tcp", None), ("redis", redis_url)):
         if transport is None and name == "redis":
             continue
         rates: dict[bool, list[float]] = {False: [], True: []}
+        cpu: dict[bool, dict[str, float]] = {False: {}, True: {}}
         for _ in range(rounds):
             for enabled in (False, True):
                 prepare(url)
                 _alone, _written, delivered, _ratios = asyncio.run(
-                    throughput(url, transport, 2 * seconds, metrics=enabled)
+                    throughput(url, transport, 2 * seconds, metrics=enabled, cpu=cpu[enabled])
                 )
                 rates[enabled].append(delivered)
         off, on = statistics.median(rates[False]), statistics.median(rates[True])
+
+        def per_fact(side: bool, who: str, cpu: dict[bool, dict[str, float]] = cpu) -> float:
+            return cpu[side][who] / cpu[side]["facts"] * 1e6
+
         lines.append(
             f"{name:12s} metrics on/off: delivered {on:9,.0f}/s on, {off:9,.0f}/s off = {on / off:4.2f}x "
             f"(rounds on {', '.join(f'{r:,.0f}' for r in rates[True])}; "
             f"off {', '.join(f'{r:,.0f}' for r in rates[False])}; target >= 0.97x)"
         )
+        for who, what in (("main", "writer process"), ("readers", "2 reader processes")):
+            lines.append(
+                f"{name:12s} CPU per fact, {what}: {per_fact(True, who):6.2f} us on, {per_fact(False, who):6.2f} us "
+                f"off = {per_fact(True, who) / per_fact(False, who):4.3f}x (target <= 1.03x)"
+            )
     return lines

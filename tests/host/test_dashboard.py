@@ -174,6 +174,12 @@ async def test_the_state_shows_recent_warnings_and_errors_newest_first_while_the
 # -- access ------------------------------------------------------------------------------------------------
 
 LOOPBACK = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
+#: A reverse proxy on the same machine: a loopback peer relaying a remote client, which counts as remote.
+PROXIED = {
+    "Forwarded": "for=203.0.113.7",
+    "X-Forwarded-For": "203.0.113.7",
+    "X-Real-IP": "203.0.113.7",
+}
 REMOTE = ("10.1.2.3", "2001:db8::1")
 SENT = {
     "none": {},
@@ -214,7 +220,15 @@ async def test_access_loopback_or_token_and_never_when_disabled(inbox_cluster, e
             assert response.json()["errcode"] in {"M_NOT_FOUND", "M_FORBIDDEN", "M_MISSING_TOKEN", "M_UNKNOWN_TOKEN"}
         if want == 401:
             assert response.headers["www-authenticate"] == "Bearer"
-    assert len(seen) == len(LOOPBACK + REMOTE) * len(SENT) * len(GUARDED)
+    for (header, value), sent, path in itertools.product(PROXIED.items(), SENT, GUARDED):
+        want = expected_status(enabled=enabled, configured=configured, loopback=False, sent=sent)
+        options = dict(SENT[sent])
+        options["headers"] = {**options.get("headers", {}), header: value}
+        async with peer(host, "127.0.0.1") as http:
+            response = await http.get(path, **options)
+        seen.append(("127.0.0.1 via proxy", sent, path, response.status_code))
+        assert response.status_code == want, (header, sent, path, response.text)
+    assert len(seen) == (len(LOOPBACK + REMOTE) + len(PROXIED)) * len(SENT) * len(GUARDED)
 
 
 @pytest.mark.parametrize("enabled", [True, False], ids=["enabled", "disabled"])

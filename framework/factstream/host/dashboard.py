@@ -12,8 +12,9 @@ is closed by default to everyone but the machine itself: :func:`check_access` le
 clients, and, when ``dashboard.token`` is set, any client that sends that token
 (``Authorization: Bearer TOKEN`` or ``?token=TOKEN``, compared in constant time). With
 ``dashboard.enabled: false`` every dashboard route, ``/`` included, answers 404. The client address
-is the TCP peer's: a reverse proxy on the same machine makes every client loopback, so put the
-dashboard behind a token (and the proxy's own access rules) there. The page's script and style
+is the TCP peer's, and a loopback peer that relays someone else (it sends ``Forwarded``,
+``X-Forwarded-For`` or ``X-Real-IP``: a reverse proxy on the same machine) counts as remote: behind
+a proxy, the dashboard needs its token. The page's script and style
 sheet carry no data and are served to anyone while the dashboard is enabled, so that a page opened
 with ``?token=`` can load them.
 """
@@ -117,6 +118,17 @@ def is_loopback(address: str | None) -> bool:
     return ip.is_loopback
 
 
+#: Headers a reverse proxy adds for the client it relays: a loopback peer that sends one is not the client.
+FORWARDING_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
+
+
+def is_local_client(request: Request) -> bool:
+    """Whether the request comes from this machine itself: a loopback peer relaying nobody else."""
+    if not is_loopback(request.client.host if request.client else None):
+        return False
+    return not any(name in request.headers for name in FORWARDING_HEADERS)
+
+
 def _sent_token(request: Request) -> str | None:
     """The token the request sends: its bearer token, else its ``token`` query parameter."""
     header = request.headers.get("authorization")
@@ -137,12 +149,12 @@ def check_enabled(config: DashboardConfig) -> None:
 def check_access(request: Request, config: DashboardConfig) -> None:
     """Let the request see the dashboard, or raise :class:`HttpError` (see the module docstring).
 
-    Disabled: 404. A loopback client: in. Otherwise, without ``dashboard.token``: 403; with it: in if
+    Disabled: 404. A loopback client relaying nobody (:func:`is_local_client`): in. Otherwise, without ``dashboard.token``: 403; with it: in if
     the request sends it, else 401 (``M_MISSING_TOKEN`` when it sends none, ``M_UNKNOWN_TOKEN`` when
     it sends another).
     """
     check_enabled(config)
-    if is_loopback(request.client.host if request.client else None):
+    if is_local_client(request):
         return
     if config.token is None:
         raise HttpError(
