@@ -149,9 +149,9 @@ def check_enabled(config: DashboardConfig) -> None:
 def check_access(request: Request, config: DashboardConfig) -> None:
     """Let the request see the dashboard, or raise :class:`HttpError` (see the module docstring).
 
-    Disabled: 404. A loopback client relaying nobody (:func:`is_local_client`): in. Otherwise, without ``dashboard.token``: 403; with it: in if
-    the request sends it, else 401 (``M_MISSING_TOKEN`` when it sends none, ``M_UNKNOWN_TOKEN`` when
-    it sends another).
+    Disabled: 404. A loopback client relaying nobody (:func:`is_local_client`): in. Otherwise,
+    without ``dashboard.token``: 403; with it: in if the request sends it, else 401
+    (``M_MISSING_TOKEN`` when it sends none, ``M_UNKNOWN_TOKEN`` when it sends another).
     """
     check_enabled(config)
     if is_local_client(request):
