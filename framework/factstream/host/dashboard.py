@@ -219,7 +219,8 @@ def stream_state(host: DashboardHost, stream: ReplicatedStream) -> dict[str, Any
     """One stream's writers and positions as this instance sees them (wire tokens, as ``/streams``).
 
     ``current``: the newest position of any writer (the highest of ``positions``); ``min``: the
-    lowest, the point every writer has reached; ``persisted_upto``: the watermark below which no fact
+    slowest writer's, the point every writer has reached (as ``factstream_stream_min_position``);
+    ``persisted_upto``: the watermark below which no fact
     is missing.
     """
     gen = stream.id_gen
@@ -231,7 +232,7 @@ def stream_state(host: DashboardHost, stream: ReplicatedStream) -> dict[str, Any
         "is_writer": gen.is_writer,
         "positions": positions,
         "current": max(values, default=0),
-        "min": min(values, default=0),
+        "min": gen.get_slowest_writer_token() * stream.factor,
         "persisted_upto": gen.get_persisted_upto_position() * stream.factor,
     }
 

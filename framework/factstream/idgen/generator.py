@@ -359,6 +359,15 @@ class MultiWriterIdGenerator(DurableStateMixin):
         """The maximal view of ``instance``'s position (for this instance: what it announces)."""
         return self.tracker.position_for_writer(instance) * self.factor
 
+    def get_slowest_writer_token(self) -> int:
+        """The position of the stream's slowest writer as this instance sees it (a token, as
+        :meth:`get_current_token_for_writer`); this instance counts among the writers only when it
+        writes the stream."""
+        me = self.instance_name
+        seen = {w: self.get_current_token_for_writer(w) for w in set(self.tracker.positions()) | {me}}
+        writers = [at for w, at in seen.items() if w != me or self.is_writer]
+        return min(at * self.factor for at in writers or seen.values()) * self.factor
+
     def get_minimal_local_current_token(self) -> int:
         """The position of this instance's own completed writes."""
         return self.tracker.minimal_local_position() * self.factor

@@ -27,16 +27,13 @@ class MeteredGenerator(Protocol):
 
     stream_name: str
     instance_name: str
-    #: 1 for a stream whose positions grow, -1 for a backwards one (its positions are negative).
-    factor: int
     _tracker: PositionTracker | None
-
-    @property
-    def is_writer(self) -> bool: ...
 
     def get_current_token(self) -> int: ...
 
     def get_current_token_for_writer(self, instance: str) -> int: ...
+
+    def get_slowest_writer_token(self) -> int: ...
 
 
 _live: weakref.WeakSet[MeteredGenerator] = weakref.WeakSet()
@@ -104,9 +101,7 @@ class _GeneratorCollector(Collector):
             }
             for writer, at in positions.items():
                 position.add_metric([gen.stream_name, writer, me], at)
-            writers = [at for writer, at in positions.items() if writer != me or gen.is_writer]
-            slowest = min(at * gen.factor for at in writers or positions.values()) * gen.factor
-            minimum.add_metric([gen.stream_name, me], slowest)
+            minimum.add_metric([gen.stream_name, me], gen.get_slowest_writer_token())
             watermark.add_metric([gen.stream_name, me], gen.get_current_token())
             unfinished.add_metric([gen.stream_name, me], len(tracker.unfinished))
             in_flight.add_metric([gen.stream_name, me], tracker.in_flight)
