@@ -22,6 +22,7 @@ from typing import Any
 import factstream
 from factstream import (
     CacheSpec,
+    ExportJobSpec,
     HostApi,
     InvalidationSpec,
     MigrationSpec,
@@ -36,6 +37,7 @@ from factstream import (
 )
 from factstream_events import censor, hookspecs, invalidations
 from factstream_events.caches import IMMUTABLE_CACHES
+from factstream_events.export import EXPORT_JOBS
 from factstream_events.invalidations import RoomState
 from factstream_events.policy import RoomFacts, check
 from factstream_events.routes import ROUTES
@@ -157,3 +159,10 @@ def resolve_state(room_id: str, room_version: str, states: Sequence[State]) -> S
 def check_local_event(event: Mapping[str, object], facts: RoomFacts) -> bool | str:
     """The default local policy (``factstream_events.policy``)."""
     return check(event, facts) or True
+
+
+@factstream.hookimpl
+def register_export_jobs(register: Callable[[ExportJobSpec], None]) -> None:
+    """The Spark export jobs (``factstream_events.export``, docs/plugins/events.md "Export jobs")."""
+    for job in EXPORT_JOBS:
+        register(job)
