@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import caches_invalidation
 import codec
+import events_export
 import events_replication
 import events_storage
 import http_latency
@@ -27,7 +28,7 @@ import sync_rooms
 import sync_wakeup
 
 #: What runs without ``--only``; ``events-replication`` runs as part of ``events``.
-DEFAULT = ["idgen", "codec", "replication", "caches", "export", "sync", "events", "http", "sync-rooms"]
+DEFAULT = ["idgen", "codec", "replication", "caches", "export", "events-export", "sync", "events", "http", "sync-rooms"]
 
 
 def main() -> None:
@@ -40,6 +41,7 @@ def main() -> None:
         help="run only these (repeatable; events includes events-replication)",
     )
     parser.add_argument("--export-facts", type=int, default=1_000_000, help="facts in the Spark export benchmark")
+    parser.add_argument("--export-events", type=int, default=1_000_000, help="events in the events export benchmark")
     parser.add_argument("--catch-up-facts", type=int, default=1_000_000, help="facts behind for the catch-up test")
     parser.add_argument("--sync-polls", type=int, default=10_000, help="idle long polls in the sync benchmark")
     parser.add_argument("--events-scale", type=float, default=1.0, help="scale of the events benchmark's sizes")
@@ -88,6 +90,12 @@ def main() -> None:
         if "export" in only:
             print("Spark export to Parquet (local[2], warm session):", flush=True)
             for line in spark_export.run(url, args.export_facts):
+                print("  " + line, flush=True)
+        if "events-export" in only:
+            print(
+                "events plugin: the events export job, 1 event a row (local[*], then a standalone cluster):", flush=True
+            )
+            for line in events_export.run(url, args.export_events):
                 print("  " + line, flush=True)
         if "sync" in only:
             print(f"/sync wake-ups with {args.sync_polls:,} idle long polls (one host, local writes):", flush=True)
