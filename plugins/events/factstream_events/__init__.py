@@ -52,6 +52,7 @@ from factstream_events.rows import (
     EventsRow,
 )
 from factstream_events.settings import EventsSettings
+from factstream_events.sharding import check_backfill_writers
 from factstream_events.statemath import State, default_resolve
 from factstream_events.store import EventsStore
 from factstream_events.sync import wake
@@ -114,9 +115,11 @@ def register_invalidations(register: Callable[[InvalidationSpec], None]) -> None
 
 @factstream.hookimpl
 async def startup(host: HostApi) -> None:
-    """Make this process's events store (its change caches start at the stream's position now),
-    teach the change caches the latest changes from the database, and start the censor job where
-    it runs (``factstream_events.censor``)."""
+    """Refuse a configuration whose ``backfill`` writers are not the ``events`` writers
+    (``factstream_events.sharding``); make this process's events store (its change caches start at
+    the stream's position now), teach the change caches the latest changes from the database, and
+    start the censor job where it runs (``factstream_events.censor``)."""
+    check_backfill_writers(host)
     await host.state(EventsStore).timeline.prefill()
     censor.start(host)
 
