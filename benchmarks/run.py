@@ -20,6 +20,7 @@ import codec
 import events_export
 import events_replication
 import events_storage
+import events_writers
 import http_latency
 import idgen_append
 import replication_e2e
@@ -28,7 +29,10 @@ import sync_rooms
 import sync_wakeup
 
 #: What runs without ``--only``; ``events-replication`` runs as part of ``events``.
-DEFAULT = ["idgen", "codec", "replication", "caches", "export", "events-export", "sync", "events", "http", "sync-rooms"]
+DEFAULT = [
+    "idgen", "codec", "replication", "caches", "export", "events-export", "sync", "events", "http", "sync-rooms",
+    "events-writers",
+]  # fmt: skip
 
 
 def main() -> None:
@@ -44,7 +48,12 @@ def main() -> None:
     parser.add_argument("--export-events", type=int, default=1_000_000, help="events in the events export benchmark")
     parser.add_argument("--catch-up-facts", type=int, default=1_000_000, help="facts behind for the catch-up test")
     parser.add_argument("--sync-polls", type=int, default=10_000, help="idle long polls in the sync benchmark")
-    parser.add_argument("--events-scale", type=float, default=1.0, help="scale of the events benchmark's sizes")
+    parser.add_argument(
+        "--events-scale",
+        type=float,
+        default=1.0,
+        help="scale of the events benchmark's sizes, and of events-writers' measured time",
+    )
     parser.add_argument(
         "--metrics-ab",
         action="store_true",
@@ -121,6 +130,15 @@ def main() -> None:
                 flush=True,
             )
             events_replication.run(url, redis_url, args.seconds, emit=lambda line: print("  " + line, flush=True))
+        if "events-writers" in only:
+            print(
+                f"several event writers (issue 35): remote batches of 100, 1, 2 and 4 writer processes against as"
+                f" many psycopg processes ({args.seconds * args.events_scale:g} s a side and count):",
+                flush=True,
+            )
+            events_writers.run(
+                server, args.seconds, scale=args.events_scale, emit=lambda line: print("  " + line, flush=True)
+            )
         if "http" in only:
             print(
                 f"HTTP latency, kept-alive connections, a request at a time ({args.seconds:g} s a route):", flush=True
