@@ -17,8 +17,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import caches_invalidation
 import codec
+import events_export
 import events_replication
 import events_storage
+import events_writers
 import http_latency
 import idgen_append
 import replication_e2e
@@ -27,7 +29,10 @@ import sync_rooms
 import sync_wakeup
 
 #: What runs without ``--only``; ``events-replication`` runs as part of ``events``.
-DEFAULT = ["idgen", "codec", "replication", "caches", "export", "sync", "events", "http", "sync-rooms"]
+DEFAULT = [
+    "idgen", "codec", "replication", "caches", "export", "events-export", "sync", "events", "http", "sync-rooms",
+    "events-writers",
+]  # fmt: skip
 
 
 def main() -> None:
@@ -40,9 +45,15 @@ def main() -> None:
         help="run only these (repeatable; events includes events-replication)",
     )
     parser.add_argument("--export-facts", type=int, default=1_000_000, help="facts in the Spark export benchmark")
+    parser.add_argument("--export-events", type=int, default=1_000_000, help="events in the events export benchmark")
     parser.add_argument("--catch-up-facts", type=int, default=1_000_000, help="facts behind for the catch-up test")
     parser.add_argument("--sync-polls", type=int, default=10_000, help="idle long polls in the sync benchmark")
-    parser.add_argument("--events-scale", type=float, default=1.0, help="scale of the events benchmark's sizes")
+    parser.add_argument(
+        "--events-scale",
+        type=float,
+        default=1.0,
+        help="scale of the events benchmark's sizes, and of events-writers' measured time",
+    )
     parser.add_argument(
         "--metrics-ab",
         action="store_true",
@@ -89,6 +100,12 @@ def main() -> None:
             print("Spark export to Parquet (local[2], warm session):", flush=True)
             for line in spark_export.run(url, args.export_facts):
                 print("  " + line, flush=True)
+        if "events-export" in only:
+            print(
+                "events plugin: the events export job, 1 event a row (local[*], then a standalone cluster):", flush=True
+            )
+            for line in events_export.run(url, args.export_events):
+                print("  " + line, flush=True)
         if "sync" in only:
             print(f"/sync wake-ups with {args.sync_polls:,} idle long polls (one host, local writes):", flush=True)
             lines = (
@@ -113,6 +130,15 @@ def main() -> None:
                 flush=True,
             )
             events_replication.run(url, redis_url, args.seconds, emit=lambda line: print("  " + line, flush=True))
+        if "events-writers" in only:
+            print(
+                f"several event writers (issue 35): remote batches of 100, 1, 2 and 4 writer processes against as"
+                f" many psycopg processes ({args.seconds * args.events_scale:g} s a side and count):",
+                flush=True,
+            )
+            events_writers.run(
+                server, args.seconds, scale=args.events_scale, emit=lambda line: print("  " + line, flush=True)
+            )
         if "http" in only:
             print(
                 f"HTTP latency, kept-alive connections, a request at a time ({args.seconds:g} s a route):", flush=True

@@ -367,6 +367,14 @@ class HostSettings:
         """The instances configured to write ``stream`` (``stream_writers``); by default the main one."""
         return self._settings.writers_for(stream)
 
+    def http_url_of(self, instance: str) -> str | None:
+        """The HTTP base URL of ``instance`` from ``instance_map`` (``http://host:http_port``), or None
+        when the map does not give it an HTTP port: what a refusal names so a client knows where to go."""
+        endpoint = self._settings.instance_map.get(instance)
+        if endpoint is None or not endpoint.http_port:
+            return None
+        return f"http://{endpoint.host}:{endpoint.http_port}"
+
 
 def resolve_config_path(path: Path | str | None, environ: Mapping[str, str] | None = None) -> Path | None:
     """Which config file to read: the argument, ``$FACTSTREAM_CONFIG``, ``./factstream.yaml``, or none."""

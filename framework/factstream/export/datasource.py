@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from factstream.export.plan import ExportError, StreamPlan, plans_for, split_range
+from factstream.export.plan import ExportError, StreamPlan, job_plans, plans_for, split_range
 from factstream.export.read import connect, read_range
 from factstream.export.watermark import persisted_upto
 
@@ -52,17 +52,39 @@ class RangePartition(InputPartition):
 class _Options:
     """The reader options, validated once (errors name the option)."""
 
-    def __init__(self, options: Mapping[str, str], catalog: Mapping[str, StreamPlan | str], url: str | None) -> None:
+    def __init__(
+        self,
+        options: Mapping[str, str],
+        catalog: Mapping[str, StreamPlan | str],
+        url: str | None,
+        jobs: Mapping[str, StreamPlan] | None = None,
+    ) -> None:
+        job = options.get("job")
         stream = options.get("stream")
+        if job:
+            # a job with its own SQL: its columns and rows, its stream's watermark
+            plan = (jobs or {}).get(job)
+            if plan is None:
+                known = ", ".join(sorted(jobs or {})) or "none"
+                raise ExportError(
+                    f"factstream data source: no export job {job!r} with its own source (registered: {known})"
+                )
+            if stream and stream != plan.stream:
+                raise ExportError(f"factstream data source: job {job!r} reads stream {plan.stream!r}, not {stream!r}")
+            stream = plan.stream
         if not stream:
-            raise ExportError('the factstream data source needs .option("stream", NAME)')
-        found = catalog.get(stream)
+            raise ExportError('the factstream data source needs .option("stream", NAME) or .option("job", NAME)')
+        found = plan if job else catalog.get(stream)
         if found is None:
             known = ", ".join(sorted(catalog)) or "none"
             raise ExportError(f"unknown stream {stream!r} for the factstream data source (registered: {known})")
         if isinstance(found, str):
             raise ExportError(found)
         self.plan = found
+        if self.plan.source is not None and str(options.get("content", "false")).lower() in ("1", "true", "yes"):
+            raise ExportError(
+                f"factstream data source: job {job!r} has its own columns; the content option is not for it"
+            )
         self.url = options.get("url") or url
         if not self.url:
             raise ExportError('the factstream data source needs a database: .option("url", "postgresql://...")')
@@ -101,6 +123,8 @@ class FactstreamDataSource(DataSource):
     catalog: ClassVar[Mapping[str, StreamPlan | str]] = {}
     #: The default database URL.
     url: ClassVar[str | None] = None
+    #: Job name -> plan, for jobs with their own SQL (``.option("job", NAME)``).
+    jobs: ClassVar[Mapping[str, StreamPlan]] = {}
 
     @classmethod
     def name(cls) -> str:
@@ -108,7 +132,7 @@ class FactstreamDataSource(DataSource):
 
     def __init__(self, options: Any) -> None:
         super().__init__(options)
-        self.parsed = _Options(dict(options), self.catalog, self.url)
+        self.parsed = _Options(dict(options), self.catalog, self.url, self.jobs)
 
     def schema(self) -> str:
         return self.parsed.plan.spark_ddl(self.parsed.content)
@@ -164,12 +188,21 @@ class FactstreamStreamReader(DataSourceStreamReader):
         yield from read_range(o.url or "", o.plan, int(lo), int(hi), content=o.content)
 
 
-def data_source_class(plans: Mapping[str, StreamPlan | str], url: str | None) -> type[FactstreamDataSource]:
-    """A :class:`FactstreamDataSource` subclass carrying ``plans`` and ``url`` (pickled by value)."""
+def data_source_class(
+    plans: Mapping[str, StreamPlan | str], url: str | None, jobs: Mapping[str, StreamPlan] | None = None
+) -> type[FactstreamDataSource]:
+    """A :class:`FactstreamDataSource` subclass carrying ``plans``, ``url`` and the plans of jobs with
+    their own SQL, ``jobs`` (pickled by value)."""
     return type(
         "FactstreamDataSource",
         (FactstreamDataSource,),
-        {"catalog": dict(plans), "url": url, "__module__": __name__, "__qualname__": "_registered"},
+        {
+            "catalog": dict(plans),
+            "url": url,
+            "jobs": dict(jobs or {}),
+            "__module__": __name__,
+            "__qualname__": "_registered",
+        },
     )
 
 
@@ -190,4 +223,5 @@ def register_data_source(spark: Any, *, plugins: Any = None, url: str | None = N
 
         url = database_url(load_config())
     plans = plans_for([r.spec for r in plugins.registry.streams])
-    spark.dataSource.register(data_source_class(plans, url))
+    jobs = job_plans([r.spec for r in plugins.registry.export_jobs], plans)
+    spark.dataSource.register(data_source_class(plans, url, jobs))

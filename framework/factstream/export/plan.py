@@ -20,16 +20,18 @@ Columns of an exported fact, in order:
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from factstream.errors import FactstreamError
+from factstream.plugin.specs import ExportJobSpec, ExportSource
 from factstream.plugin.streams import StreamSpec, StreamTable, UpdateFunction
 
 #: Columns every exported fact has before the row type's fields.
@@ -85,6 +87,10 @@ class StreamPlan:
     positions_key: str
     #: The plugin's own update function, when it has one: facts are then read through it.
     update_function: UpdateFunction | None = None
+    #: A job's own SQL (:class:`~factstream.plugin.specs.ExportSource`): when set, its columns and its
+    #: ``SELECT`` replace the stream's (and its update function); the stream's tables still give the
+    #: watermark.
+    source: ExportSource | None = None
 
     @classmethod
     def from_spec(cls, spec: StreamSpec[Any]) -> StreamPlan:
@@ -107,14 +113,22 @@ class StreamPlan:
             update_function=spec.update_function,
         )
 
+    def for_job(self, job: ExportJobSpec) -> StreamPlan:
+        """The plan a job reads: this stream's, or with the job's own source."""
+        return self if job.source is None else dataclasses.replace(self, source=job.source)
+
     # -- schema --------------------------------------------------------------------------------------
 
     def column_names(self, content: bool) -> list[str]:
+        if self.source is not None:
+            return [name for name, _ in self.source.columns]
         names = [*META_COLUMNS, *(f.name for f in self.fields)]
         return [*names, CONTENT_COLUMN] if content else names
 
     def spark_ddl(self, content: bool) -> str:
         """The DataFrame schema as a Spark DDL string (``stream_id bigint, instance_name string, ...``)."""
+        if self.source is not None:
+            return ", ".join(f"`{name}` {_SPARK_TYPES[kind]}" for name, kind in self.source.columns)
         parts = ["stream_id bigint", "instance_name string", "source_table string"]
         parts += [f"`{f.name}` {_SPARK_TYPES[f.kind]}" for f in self.fields]
         if content:
@@ -126,6 +140,8 @@ class StreamPlan:
         import pyarrow as pa
 
         arrow = {"string": pa.string(), "long": pa.int64(), "double": pa.float64(), "boolean": pa.bool_()}
+        if self.source is not None:
+            return pa.schema([pa.field(name, arrow[kind]) for name, kind in self.source.columns])
         cols = [
             pa.field("stream_id", pa.int64()),
             pa.field("instance_name", pa.string()),
@@ -170,14 +186,15 @@ class StreamPlan:
     def copied_columns(self, content: bool) -> list[str]:
         """The columns :meth:`select_sql` returns, in order (the schema's, maybe without ``source_table``)."""
         names = list(self.arrow_schema(content).names)
-        if len(self.tables) == 1:
+        if self.source is None and len(self.tables) == 1:
             names.remove("source_table")
         return names
 
     def copy_sql(self, lo: int, hi: int, content: bool) -> str:
         """``COPY (...) TO STDOUT`` of the facts in ``(lo, hi]``, as CSV (values inlined: COPY takes no
         parameters; both are integers)."""
-        query = self.select_sql(content) % {"lo": int(lo), "hi": int(hi)}
+        sql = self.source.sql if self.source is not None else self.select_sql(content)
+        query = sql % {"lo": int(lo), "hi": int(hi)}
         return f"COPY ({query}) TO STDOUT (FORMAT csv)"
 
 
@@ -213,4 +230,17 @@ def plans_for(specs: Sequence[StreamSpec[Any]]) -> dict[str, StreamPlan | str]:
             out[spec.name] = StreamPlan.from_spec(spec)
         except ExportError as exc:
             out[spec.name] = str(exc)
+    return out
+
+
+def job_plans(jobs: Iterable[ExportJobSpec], plans: Mapping[str, StreamPlan | str]) -> dict[str, StreamPlan]:
+    """The plans of the jobs that read their own SQL (:class:`ExportSource`), by job name.
+
+    A job whose stream has no plan is left out (the runner reports it when the job runs).
+    """
+    out: dict[str, StreamPlan] = {}
+    for job in jobs:
+        found = plans.get(job.stream)
+        if job.source is not None and isinstance(found, StreamPlan):
+            out[job.name] = found.for_job(job)
     return out

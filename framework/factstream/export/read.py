@@ -50,13 +50,15 @@ def read_tables(url: str, plan: StreamPlan, lo: int, hi: int, *, content: bool =
     """Like :func:`read_range`, but one ``pyarrow.Table`` per slice read (none empty)."""
     if hi <= lo:
         return
-    if plan.update_function is not None:
+    if plan.update_function is not None and plan.source is None:
         import pyarrow as pa
 
         for batch in _read_with_function(url, plan, lo, hi, content):
             yield pa.Table.from_batches([batch])
     else:
-        yield from _read_with_copy(url, plan, lo, hi, content)
+        finish = plan.source.finish if plan.source is not None else None
+        for table in _read_with_copy(url, plan, lo, hi, content):
+            yield table if finish is None else finish(table)
 
 
 def _read_with_copy(url: str, plan: StreamPlan, lo: int, hi: int, content: bool) -> Iterator[Any]:
@@ -71,7 +73,7 @@ def _read_with_copy(url: str, plan: StreamPlan, lo: int, hi: int, content: bool)
     schema = plan.arrow_schema(content)
     copied = plan.copied_columns(content)
     # With one backing table, source_table is the same on every row: added here, not sent per row.
-    constant = plan.tables[0].table if "source_table" not in copied else None
+    constant = plan.tables[0].table if plan.source is None and "source_table" not in copied else None
     read_options = csv.ReadOptions(column_names=copied)
     parse_options = csv.ParseOptions(newlines_in_values=True)
     convert_options = csv.ConvertOptions(

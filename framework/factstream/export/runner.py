@@ -28,7 +28,7 @@ from typing import Any
 
 from factstream.export import checkpoints, direct, runs
 from factstream.export.output import JobOutput
-from factstream.export.plan import ExportError, StreamPlan, plans_for
+from factstream.export.plan import ExportError, StreamPlan, job_plans, plans_for
 from factstream.export.read import connect
 from factstream.export.watermark import persisted_upto
 from factstream.plugin.specs import ExportJobSpec
@@ -92,9 +92,10 @@ class ExportRunner:
         self.output_root = output_root.rstrip("/")
         self.progress = progress
         self.plans: dict[str, StreamPlan | str] = plans_for([r.spec for r in self.registry.streams])
+        jobs = [r.spec for r in self.registry.export_jobs]
         from factstream.export.datasource import data_source_class
 
-        spark.dataSource.register(data_source_class(self.plans, url))
+        spark.dataSource.register(data_source_class(self.plans, url, job_plans(jobs, self.plans)))
 
     def plan(self, job: ExportJobSpec) -> StreamPlan:
         found = self.plans.get(job.stream)
@@ -102,7 +103,7 @@ class ExportRunner:
             raise ExportError(f"export job {job.name!r} reads stream {job.stream!r}, which is not registered")
         if isinstance(found, str):
             raise ExportError(f"export job {job.name!r}: {found}")
-        return found
+        return found.for_job(job)
 
     def run(self, job: ExportJobSpec, *, full: bool = False) -> ExportResult:
         """Export the job's new facts (see the module docstring); the checkpoint moves only on success.
@@ -197,9 +198,10 @@ class ExportRunner:
         staging = out.staging(start, upto)
         if direct.can_write_directly(job, staging):
             return self._export_range_directly(job, out, staging, start, upto, tasks)
+        source = ("job", job.name) if job.source is not None else ("stream", job.stream)
         df = (
             self.spark.read.format("factstream")
-            .option("stream", job.stream)
+            .option(*source)
             .option("from", str(start))
             .option("upto", str(upto))
             .option("partitions", str(tasks))

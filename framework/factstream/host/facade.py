@@ -24,6 +24,7 @@ from factstream.idgen.generator import IdGeneratorError
 from factstream.plugin.api import HostApi, StreamWriter
 from factstream.plugin.registry import Registry
 from factstream.replication.stream import ReplicatedStream
+from factstream.sync.instance_ids import DatabaseInstanceIds
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,9 @@ class TableStreamWriter(StreamWriter[RowT]):
     def current_token(self) -> int:
         return self._gen.get_current_token()
 
+    def positions(self) -> dict[str, int]:
+        return self._gen.get_positions()
+
     async def append(
         self, txn: Transaction, row: RowT, *, table: str = "", columns: Mapping[str, object] | None = None
     ) -> int:
@@ -231,6 +235,9 @@ class HostFacade(HostApi):
         self._state: dict[object, object] = {}
         self._writers: dict[str, TableStreamWriter[Any]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Instance name <-> token ID (``instance_map``), cached: an ID never changes. Made on first
+        #: use (the database is not open yet when the facade is built).
+        self._instance_ids: DatabaseInstanceIds | None = None
         #: Set by the host once its pipeline exists; rows committed before then skip it.
         self.local_sink: LocalSink = NoLocalSink()
 
@@ -274,6 +281,25 @@ class HostFacade(HostApi):
 
     async def wait_for_stream_position(self, instance: str, stream: str, position: int, timeout: float = 5.0) -> bool:
         return await self._host.wait_for_stream_position(instance, stream, position, timeout)
+
+    def _ids(self) -> DatabaseInstanceIds:
+        if self._instance_ids is None:
+            self._instance_ids = DatabaseInstanceIds(self._host.database())
+        return self._instance_ids
+
+    async def instance_ids(self, names: Iterable[str]) -> dict[str, int]:
+        wanted = list(dict.fromkeys(names))
+        lookup = await self._ids().id_lookup(wanted)
+        return {name: lookup(name) for name in wanted}
+
+    async def instance_names(self, ids: Iterable[int]) -> dict[int, str]:
+        wanted = list(dict.fromkeys(ids))
+        lookup = await self._ids().name_lookup(wanted)
+        out: dict[int, str] = {}
+        for instance_id in wanted:
+            with contextlib.suppress(LookupError):
+                out[instance_id] = lookup(instance_id)
+        return out
 
     def state(self, factory: Callable[[HostApi], T]) -> T:
         try:

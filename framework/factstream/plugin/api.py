@@ -17,6 +17,9 @@ What a plugin gets, and the rules it can rely on:
   with ``InvalidationSpec``, rows handlers, waking ``/sync`` long polls), exactly as replicated
   rows do on every other process. A plugin therefore declares its invalidations once.
 * **Waiting**: ``wait_for_stream_position`` (read-your-writes across processes).
+* **Writer IDs in tokens**: ``instance_ids(names)`` and ``instance_names(ids)`` map instance names to
+  the small integers that multi-writer tokens (``m5~2.8``) use, the same in every process (the
+  ``instance_map`` table): what a plugin needs to read and write tokens of its own in that form.
 * **State**: ``state(factory)`` gives one object per host and factory (a store, a cache of its own),
   made on first use; ``plugin_settings(Model)`` the plugin's validated ``plugins.<name>`` section.
 * **Tasks**: ``spawn(coroutine, name=...)`` runs a background task the host cancels when it stops,
@@ -114,6 +117,16 @@ class StreamWriter(Protocol[RowT_contra]):
         """The stream's watermark in this process: every fact at or before it is complete."""
         ...
 
+    def positions(self) -> dict[str, int]:
+        """Each writer's position as this process has seen it: every fact *of that writer* at or
+        before it is complete. A writer missing here is at :meth:`current_token` (the minimum).
+
+        What a reader of a stream with several writers needs to read past a slow writer: a fact of
+        writer ``w`` at ``pos`` is readable here once ``pos <= positions().get(w, current_token())``,
+        however far behind the other writers are (the per-writer positions of a room token).
+        """
+        ...
+
     async def append(
         self, txn: Transaction, row: RowT_contra, *, table: str = "", columns: Mapping[str, object] | None = None
     ) -> int:
@@ -197,6 +210,14 @@ class HostApi(Protocol):
 
         True when reached (at once for this process's own writes), False after ``timeout`` seconds.
         """
+        ...
+
+    async def instance_ids(self, names: Iterable[str]) -> dict[str, int]:
+        """The token ID of each instance name (one is recorded for a name that has none yet)."""
+        ...
+
+    async def instance_names(self, ids: Iterable[int]) -> dict[int, str]:
+        """The instance name behind each token ID; an ID no instance has is left out."""
         ...
 
     def state(self, factory: Callable[[HostApi], T]) -> T:

@@ -144,6 +144,57 @@ class MigrationSpec:
         return cls(Path(str(root)))
 
 
+#: How a column of an :class:`ExportSource` is typed: Spark ``string``, ``bigint``, ``double``, ``boolean``.
+ExportColumnKind = Literal["string", "long", "double", "boolean"]
+_EXPORT_COLUMN_KINDS = frozenset({"string", "long", "double", "boolean"})
+
+
+@dataclass(frozen=True)
+class ExportSource:
+    """A job's own ``SELECT`` in place of its stream's rows (see docs/export.md, "A job's own SQL").
+
+    For streams whose rows are not what an export wants: several rows per stream ID, or the fact
+    spread over several tables (the events plugin's ``events`` job reads one row per event from the
+    ``events`` index joined to ``event_json`` and ``rooms``). The job keeps everything else of its
+    stream: the watermark, the checkpoint, the ranges, the exactly-once commit.
+
+    ``sql`` is one ``SELECT`` returning ``columns`` in order, for the facts whose stream positions lie
+    in ``(%(lo)s, %(hi)s]`` (positive wire tokens: a backwards stream's stored IDs are
+    ``-position``, so its condition reads ``id < -%(lo)s AND id >= -%(hi)s``). It must read only rows
+    of the stream's backing tables in that range (joined to whatever else), so that a range's facts
+    never change once below the watermark; ``%`` elsewhere in it is written ``%%``. The values are
+    integers, inlined into a ``COPY (sql) TO STDOUT``.
+
+    ``columns`` are ``(name, kind)`` pairs, the SQL casting each to its kind (``::text``,
+    ``::bigint``...). ``finish``, if given, takes each ``pyarrow.Table`` read (a slice of a range) and
+    returns one with the same columns; it runs in the Spark workers, so it must be a module-level
+    function of a module importable there (as a stream's ``update_function`` is).
+    """
+
+    sql: str
+    columns: tuple[tuple[str, ExportColumnKind], ...]
+    finish: Callable[[Any], Any] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", tuple((str(n), k) for n, k in self.columns))
+        if "%(lo)s" not in self.sql or "%(hi)s" not in self.sql:
+            raise ValueError("export source: sql must select the range (%(lo)s, %(hi)s]")
+        names = [n for n, _ in self.columns]
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"export source: columns must be non-empty and unique, not {names}")
+        for name, kind in self.columns:
+            if not _IDENTIFIER.fullmatch(name):
+                raise ValueError(f"export source: column name {name!r} is not an identifier")
+            if kind not in _EXPORT_COLUMN_KINDS:
+                kinds = ", ".join(sorted(_EXPORT_COLUMN_KINDS))
+                raise ValueError(f"export source: column {name!r} has kind {kind!r}; one of {kinds}")
+        if self.finish is not None and not callable(self.finish):
+            raise ValueError("export source: finish must be callable")
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 @dataclass(frozen=True)
 class ExportJobSpec:
     """A Spark export job over one stream: rows go through ``transform`` and are written as ``format``.
@@ -161,9 +212,15 @@ class ExportJobSpec:
     #: Read each fact's whole backing-table row too, as JSON text in a ``content`` column (for jobs
     #: that need columns the stream's row type leaves out).
     content: bool = False
+    #: The job's own SQL instead of the stream's rows (:class:`ExportSource`); not with ``content``.
+    source: ExportSource | None = None
 
     def __post_init__(self) -> None:
         check_name("export job", self.name)
+        if self.source is not None and self.content:
+            raise ValueError(
+                f"export job {self.name!r}: content and source exclude each other (select it in the source)"
+            )
         check_name("stream", self.stream)
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
         if self.transform is not None and not callable(self.transform):

@@ -22,6 +22,7 @@ from typing import Any
 import factstream
 from factstream import (
     CacheSpec,
+    ExportJobSpec,
     HostApi,
     InvalidationSpec,
     MigrationSpec,
@@ -36,6 +37,7 @@ from factstream import (
 )
 from factstream_events import censor, hookspecs, invalidations
 from factstream_events.caches import IMMUTABLE_CACHES
+from factstream_events.export import EXPORT_JOBS
 from factstream_events.invalidations import RoomState
 from factstream_events.policy import RoomFacts, check
 from factstream_events.routes import ROUTES
@@ -50,6 +52,7 @@ from factstream_events.rows import (
     EventsRow,
 )
 from factstream_events.settings import EventsSettings
+from factstream_events.sharding import check_backfill_writers
 from factstream_events.statemath import State, default_resolve
 from factstream_events.store import EventsStore
 from factstream_events.sync import wake
@@ -112,9 +115,11 @@ def register_invalidations(register: Callable[[InvalidationSpec], None]) -> None
 
 @factstream.hookimpl
 async def startup(host: HostApi) -> None:
-    """Make this process's events store (its change caches start at the stream's position now),
-    teach the change caches the latest changes from the database, and start the censor job where
-    it runs (``factstream_events.censor``)."""
+    """Refuse a configuration whose ``backfill`` writers are not the ``events`` writers
+    (``factstream_events.sharding``); make this process's events store (its change caches start at
+    the stream's position now), teach the change caches the latest changes from the database, and
+    start the censor job where it runs (``factstream_events.censor``)."""
+    check_backfill_writers(host)
     await host.state(EventsStore).timeline.prefill()
     censor.start(host)
 
@@ -157,3 +162,10 @@ def resolve_state(room_id: str, room_version: str, states: Sequence[State]) -> S
 def check_local_event(event: Mapping[str, object], facts: RoomFacts) -> bool | str:
     """The default local policy (``factstream_events.policy``)."""
     return check(event, facts) or True
+
+
+@factstream.hookimpl
+def register_export_jobs(register: Callable[[ExportJobSpec], None]) -> None:
+    """The Spark export jobs (``factstream_events.export``, docs/plugins/events.md "Export jobs")."""
+    for job in EXPORT_JOBS:
+        register(job)

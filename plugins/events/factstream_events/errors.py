@@ -49,3 +49,20 @@ class Forbidden(EventsError):
 
     status = 403
     errcode = "M_FORBIDDEN"
+
+
+class MisdirectedWrite(EventsError):
+    """A write of a room sent to an instance that is not the room's writer (``sharding.writer_for``).
+
+    Refused before anything is read or stored. ``writer`` is the instance that writes the room and
+    ``url`` its HTTP base URL when the configuration's ``instance_map`` gives one: the HTTP answer is
+    421 ``M_MISDIRECTED`` with both in its body, so a client or a reverse proxy sends the write there.
+    """
+
+    status = 421
+    errcode = "M_MISDIRECTED"
+
+    def __init__(self, message: str, *, writer: str, url: str | None = None) -> None:
+        super().__init__(message)
+        self.writer = writer
+        self.url = url

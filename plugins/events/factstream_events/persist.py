@@ -76,6 +76,7 @@ from factstream_events.rows import (
     state_row,
 )
 from factstream_events.served import now_ms
+from factstream_events.sharding import refuse_misdirected
 from factstream_events.statestore import HASH_INDEX, StatePlan, StateStore
 
 __all__ = ["AlsoWrite", "Build", "LockedRoom", "NewEvent", "Origin", "Persisted", "Persister", "RoomView"]
@@ -206,7 +207,9 @@ class Persister:
 
     @contextlib.asynccontextmanager
     async def room(self, room_id: str) -> AsyncIterator[LockedRoom]:
-        """The room's lock, held until the block ends: its writes go through the value."""
+        """The room's lock, held until the block ends: its writes go through the value. Only the room's
+        writer gets it (``sharding.refuse_misdirected``: every write path passes here)."""
+        refuse_misdirected(self.host, room_id)
         async with self._locks.hold(room_id):
             yield LockedRoom(self, room_id)
 

@@ -42,7 +42,14 @@ from factstream_events.served import (
 )
 from factstream_events.statemath import StateMap, nest
 from factstream_events.statestore import StateStore
-from factstream_events.tokens import RoomToken, TokenError, next_token, order_by, pagination_bounds
+from factstream_events.tokens import (
+    Positions,
+    RoomToken,
+    TokenError,
+    next_token,
+    order_by,
+    pagination_bounds,
+)
 from factstream_events.validate import MEMBER, NEVER_SHOWN, REDACTION
 from factstream_events.visibility import Verdict, check_event
 
@@ -542,6 +549,7 @@ class Reads:
         limit = min(limit, MAX_PAGE)
         start = parse_token("from", from_token)
         end = parse_token("to", to_token)
+        names = await writer_names(self.host, "from", start) | await writer_names(self.host, "to", end)
         async with self.host.database().autocommit() as conn:
             await self.room_version(conn, room_id)
             mine = await self.current_membership(conn, room_id, user)
@@ -565,7 +573,7 @@ class Reads:
                     start = cap
                 if direction == "f" and (end is None or _after(end, cap)):
                     end = cap
-            where, params = pagination_bounds(direction, start, end)
+            where, params = pagination_bounds(direction, start, end, names)
             sql = (
                 f"SELECT {COLUMNS}, j.json FROM (SELECT * FROM events WHERE room_id = %(room_id)s AND NOT outlier"
                 f" AND {where} ORDER BY {order_by(direction)} LIMIT %(limit)s) AS e"
@@ -613,16 +621,43 @@ class Reads:
 
 
 def _after(token: RoomToken, cap: RoomToken) -> bool:
-    """Whether ``token`` is past ``cap`` (a historic token) in the room's (topological, stream) order."""
+    """Whether ``token`` is past ``cap`` (a historic token) in the room's (topological, stream) order; a
+    token with writers is past it when any writer's position is (the cap then bounds the page)."""
+    if token.writers:
+        return max(p for _, p in token.writers) > cap.stream
     if token.topological is None:
         return token.stream > cap.stream
     return (token.topological, token.stream) > (cap.topological or 0, cap.stream)
 
 
 def parse_token(name: str, text: str | None) -> RoomToken | None:
+    """The room token a client gave as parameter ``name`` (None: none given); a 400 naming it if invalid."""
     if text is None:
         return None
     try:
         return RoomToken.parse(text)
     except TokenError as exc:
         raise InvalidParam(f"{name}: {exc}") from None
+
+
+async def writer_names(host: HostApi, name: str, token: RoomToken | None) -> dict[int, str]:
+    """The instance names of the writers ``token`` (parameter ``name``) lists; a 400 naming the parameter
+    when an ID is no instance's (a token of another deployment, or made up)."""
+    if token is None or not token.writers:
+        return {}
+    names = await host.instance_names(i for i, _ in token.writers)
+    unknown = [i for i, _ in token.writers if i not in names]
+    if unknown:
+        raise InvalidParam(f"{name}: invalid room token {str(token)[:40]!r}: no writer has instance ID {unknown[0]}")
+    return names
+
+
+async def live_positions(host: HostApi, name: str, token: RoomToken) -> Positions:
+    """Where the live token ``token`` (parameter ``name``) puts each writer of the events stream."""
+    return token.positions(await writer_names(host, name, token))
+
+
+async def token_text(host: HostApi, positions: Positions) -> str:
+    """The live token of ``positions``: ``s<stream>`` when every writer is at one position, else ``m...``."""
+    ids = await host.instance_ids(positions.ahead) if positions.ahead else {}
+    return str(RoomToken.at(positions, ids))

@@ -21,15 +21,16 @@ from typing import Any
 
 import msgspec
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from factstream import HostApi, HttpError, RouteSpec, caller_can_write, calling_user, read_body, require_writer
 from factstream_events.canonical import EventJsonError, parse_event_json
 from factstream_events.contentrules import REDACT_ROUTE, STATE_TYPES, is_user_id, state_route
-from factstream_events.errors import EventsError
+from factstream_events.errors import EventsError, MisdirectedWrite
 from factstream_events.reads import DEFAULT_PAGE, MAX_PAGE, Reads
 from factstream_events.rows import BACKFILL_STREAM, STREAM
 from factstream_events.settings import EventsSettings
+from factstream_events.sharding import refuse_misdirected
 from factstream_events.store import EventsStore, RemoteEvent
 from factstream_events.timeline import DEFAULT_TIMELINE, RoomTimeline
 from factstream_events.validate import REDACTION
@@ -39,16 +40,35 @@ MAX_ID = 255
 
 
 def answers(endpoint: Endpoint) -> Endpoint:
-    """Turn the store's errors into HTTP answers."""
+    """Turn the store's errors into HTTP answers (a misdirected write's names the room's writer)."""
 
     @functools.wraps(endpoint)
     async def wrapped(request: Request, host: HostApi) -> Any:
         try:
             return await endpoint(request, host)
+        except MisdirectedWrite as exc:
+            return misdirected(exc)
         except EventsError as exc:
             raise HttpError(exc.status, exc.errcode, str(exc)) from None
 
     return wrapped
+
+
+def misdirected(exc: MisdirectedWrite) -> Response:
+    """421 ``M_MISDIRECTED``: the API's error shape plus ``writer`` (and ``writer_url`` when known), so a
+    client or a proxy resends to the room's writer without parsing the message."""
+    body = {"errcode": exc.errcode, "error": str(exc), "writer": exc.writer}
+    if exc.url is not None:
+        body["writer_url"] = exc.url
+    return JSONResponse(body, status_code=exc.status)
+
+
+def _room_of_write(request: Request, host: HostApi) -> str:
+    """The ``room_id`` of a write route, refused (421) at once on an instance that does not write it,
+    before the body is read: the room's writer is the one to judge the rest."""
+    room_id = _param(request, "room_id")
+    refuse_misdirected(host, room_id)
+    return room_id
 
 
 def store(host: HostApi) -> EventsStore:
@@ -132,7 +152,8 @@ async def create_room(request: Request, host: HostApi) -> dict[str, str]:
 async def send_event(request: Request, host: HostApi) -> dict[str, str]:
     user = calling_user(request)
     require_writer(host, STREAM)
-    room_id, event_type, txn_id = (_param(request, n) for n in ("room_id", "event_type", "txn_id"))
+    room_id = _room_of_write(request, host)
+    event_type, txn_id = _param(request, "event_type"), _param(request, "txn_id")
     if event_type in STATE_TYPES:
         raise HttpError(400, "M_INVALID_PARAM", f"event_type: {event_type} is a state event: {state_route(event_type)}")
     if event_type == REDACTION:
@@ -146,7 +167,7 @@ async def send_event(request: Request, host: HostApi) -> dict[str, str]:
 async def set_state(request: Request, host: HostApi) -> dict[str, str]:
     user = calling_user(request)
     require_writer(host, STREAM)
-    room_id, event_type = _param(request, "room_id"), _param(request, "event_type")
+    room_id, event_type = _room_of_write(request, host), _param(request, "event_type")
     state_key = str(request.path_params.get("state_key", ""))
     if len(state_key) > MAX_ID or "\x00" in state_key:
         raise HttpError(400, "M_INVALID_PARAM", f"state_key must be at most {MAX_ID} characters without NUL")
@@ -164,7 +185,7 @@ def _membership_route(verb: str, membership: str, *, of_self: bool) -> Endpoint:
     async def endpoint(request: Request, host: HostApi) -> dict[str, str]:
         user = calling_user(request)
         require_writer(host, STREAM)
-        room_id = _param(request, "room_id")
+        room_id = _room_of_write(request, host)
         body = await _object(request, host)
         target = user if of_self else _user_id(body.get("user_id"))
         reason = _field(body, "reason", str)
@@ -191,7 +212,8 @@ def _membership_route(verb: str, membership: str, *, of_self: bool) -> Endpoint:
 async def redact(request: Request, host: HostApi) -> dict[str, str]:
     user = calling_user(request)
     require_writer(host, STREAM)
-    room_id, target, txn_id = (_param(request, n) for n in ("room_id", "event_id", "txn_id"))
+    room_id = _room_of_write(request, host)
+    target, txn_id = _param(request, "event_id"), _param(request, "txn_id")
     body = await _object(request, host)
     event_id = await store(host).redact(room_id, user, target, reason=_field(body, "reason", str), txn_id=txn_id)
     return {"event_id": event_id}
@@ -210,7 +232,7 @@ class RemoteBatch(msgspec.Struct, forbid_unknown_fields=True):
 @answers
 async def remote_events(request: Request, host: HostApi) -> dict[str, Any]:
     require_writer(host, STREAM)
-    room_id = _param(request, "room_id")
+    room_id = _room_of_write(request, host)
     body = await read_body(request, host.plugin_settings(EventsSettings).max_body_bytes)
     try:
         batch = msgspec.json.decode(body, type=RemoteBatch)

@@ -6,7 +6,9 @@ Writes (on a writer of the ``events`` stream):
   :meth:`send` (idempotent per transaction ID), :meth:`change_membership`, :meth:`redact`;
 * remote events, stored as received: :meth:`persist_remote`.
 
-Both end in ``factstream_events.persist``, under the room's lock.
+Both end in ``factstream_events.persist``, under the room's lock. With several writers each room has
+one (``factstream_events.sharding``): a write of a room another instance writes raises
+:class:`~factstream_events.errors.MisdirectedWrite` naming it, before anything is read or stored.
 
 Reads (any process): see ``factstream_events.reads`` (:attr:`EventsStore.reads`).
 """
@@ -16,7 +18,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,13 +31,14 @@ from factstream_events.caches import ROOM_CREATORS, STATE_CONTENTS
 from factstream_events.canonical import MAX_CANONICAL_INT, CanonicalJsonError, EventJsonError, parse_event_json
 from factstream_events.contentrules import HISTORY_VISIBILITIES
 from factstream_events.create import Draft, EventCreator
-from factstream_events.errors import EventConflict, InvalidEvent, UnknownEvent, UnknownRoom
+from factstream_events.errors import EventConflict, InvalidEvent, MisdirectedWrite, UnknownEvent, UnknownRoom
 from factstream_events.eventid import EventIdError, event_id_for, is_valid_event_id
 from factstream_events.persist import Origin, Persister
 from factstream_events.policy import LEVEL_DEFAULTS, RoomFacts
 from factstream_events.prune import KNOWN_ROOM_VERSIONS, UnknownRoomVersion, check_room_version
 from factstream_events.reads import Reads
 from factstream_events.served import now_ms
+from factstream_events.sharding import new_room_id, refuse_misdirected
 from factstream_events.statemath import State, default_resolve
 from factstream_events.statestore import StateStore
 from factstream_events.sync import RoomSync
@@ -128,8 +130,10 @@ class EventsStore:
         """Complete, check and persist ``drafts`` in order (``create``); their event IDs.
 
         ``txn``: ``(user, txn_id, request hash)`` for an idempotent send: a retry gets the first
-        event's ID back; another request under the same pair is refused (409).
+        event's ID back; another request under the same pair is refused (409). A room this instance
+        does not write is refused first (:class:`MisdirectedWrite`).
         """
+        refuse_misdirected(self.host, room_id)
         if txn is not None:
             earlier = await self._earlier_txn(txn)
             if earlier is not None:
@@ -174,7 +178,8 @@ class EventsStore:
         invite: Sequence[str] = (),
     ) -> str:
         """Create a room: its create, the creator's join, power levels, join rules, history visibility
-        (and name, topic, initial state, invites), in one transaction; returns the room ID."""
+        (and name, topic, initial state, invites), in one transaction; returns the room ID, one that
+        this instance writes (``sharding.new_room_id``)."""
         if room_version not in KNOWN_ROOM_VERSIONS or room_version in {"1", "2"}:
             raise InvalidEvent(f"room_version: {room_version!r} is not a version this server creates rooms in")
         if history_visibility not in HISTORY_VISIBILITIES:
@@ -183,7 +188,7 @@ class EventsStore:
             )
         if preset not in PRESETS:
             raise InvalidEvent(f"preset: must be one of {', '.join(sorted(PRESETS))}, not {preset!r}")
-        room_id = f"!{secrets.token_urlsafe(18)}:{_server_of(creator)}"
+        room_id = new_room_id(self.host, _server_of(creator))
         create_content: dict[str, Any] = {"room_version": room_version}
         if room_version != "11":
             create_content["creator"] = creator
@@ -259,7 +264,9 @@ class EventsStore:
 
         The batch's events may come in any order: a room not held yet takes its version from its create
         event wherever it is in the batch, else from ``room_version``; a ``room_version`` given must be
-        the room's."""
+        the room's. A room this instance does not write is refused before anything else
+        (:class:`MisdirectedWrite`), a backfilled batch too: ``backfill`` is sharded as ``events`` is."""
+        refuse_misdirected(self.host, room_id)
         if room_version is not None:
             try:
                 check_room_version(room_version)
@@ -361,4 +368,4 @@ def _server_of(user_id: str) -> str:
     return server or "localhost"
 
 
-__all__ = ["Draft", "EventsStore", "RemoteEvent", "UnknownEvent"]
+__all__ = ["Draft", "EventsStore", "MisdirectedWrite", "RemoteEvent", "UnknownEvent"]

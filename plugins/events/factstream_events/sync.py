@@ -40,9 +40,10 @@ from psycopg import AsyncConnection
 
 from factstream import HostApi, HttpError, SyncRequest, Wake
 from factstream_events.canonical import parse_event_json
-from factstream_events.reads import COLUMNS, Reads, Row, fetch_binary, row_of
+from factstream_events.reads import COLUMNS, Reads, Row, fetch_binary, row_of, token_text
 from factstream_events.rows import EV, EventsRow, event_data
-from factstream_events.timeline import EX_OUTLIERS, MAX_TIMELINE, MEMBERSHIP_CHANGES, NEW_IN_ROOMS, Timeline
+from factstream_events.timeline import MAX_TIMELINE, Timeline, ex_outliers, membership_changes, new_in_rooms
+from factstream_events.tokens import Positions, WriterRange
 from factstream_events.validate import MEMBER
 
 #: The timeline limit when the filter names none (the reference's default).
@@ -63,33 +64,37 @@ STRIPPED_TYPES = frozenset(
 # The reads. Lists go in PostgreSQL's binary format (``%(...)b``) in every one: psycopg dumps a list of
 # strings as text by quoting each (a regular expression per item, 55 ms for 10,000 event IDs); in
 # binary it copies them.
-_MEMBERSHIPS_AT = f"""
-SELECT DISTINCT ON (m.room_id) {COLUMNS}, j.json FROM room_memberships m
+# Positions are per writer (``{upto}``: ``Positions.bound``, an event of writer w is at or before the
+# range's end iff its ID is at most w's position there).
+_MEMBERSHIPS_AT = """
+SELECT DISTINCT ON (m.room_id) {columns}, j.json FROM room_memberships m
 JOIN events e ON e.event_id = m.event_id JOIN event_json j ON j.event_id = m.event_id
-WHERE m.user_id = %(user)s AND m.stream_ordering <= %(upto)s
+WHERE m.user_id = %(user)s AND {upto}
 ORDER BY m.room_id, m.stream_ordering DESC
 """
 _JOINED_AT = """
 SELECT room_id FROM (
-    SELECT DISTINCT ON (room_id) room_id, membership FROM room_memberships
-    WHERE user_id = %(user)s AND stream_ordering <= %(upto)s ORDER BY room_id, stream_ordering DESC
+    SELECT DISTINCT ON (m.room_id) m.room_id, m.membership FROM room_memberships m
+    JOIN events e ON e.event_id = m.event_id
+    WHERE m.user_id = %(user)s AND {upto} ORDER BY m.room_id, m.stream_ordering DESC
 ) m WHERE membership = 'join'
 """
 # The newest events of each room up to its cap, by (topological, stream) order: initial sync. Without
 # their JSON (``raw`` empty): ``Reads.format`` keeps each event's client form and reads the JSON of
 # those it does not hold, in one query (an initial sync of 1,000 rooms moves 7.7 MB of JSON otherwise).
-_NEWEST_IN_ROOMS = f"""
-SELECT {COLUMNS}, ''::bytea FROM unnest(%(rooms)b::text[], %(caps)b::bigint[]) AS r(room_id, cap)
+_NEWEST_IN_ROOMS = """
+SELECT {columns}, ''::bytea FROM unnest(%(rooms)b::text[], %(caps)b::bigint[]) AS r(room_id, cap)
 CROSS JOIN LATERAL (
-    SELECT * FROM events x WHERE x.room_id = r.room_id AND NOT x.outlier AND x.stream_ordering <= r.cap
+    SELECT * FROM events x WHERE x.room_id = r.room_id AND NOT x.outlier AND x.stream_ordering <= r.cap AND {upto}
     ORDER BY x.topological_ordering DESC, x.stream_ordering DESC LIMIT %(limit)s
 ) e
 """
-# The state changes of rooms in stream ranges: the last of each key in each room's range.
+# The state changes of rooms in the range (``{span}``, per writer) before each room's ``high`` (its
+# timeline's first event): the last of each key in each room's range.
 _STATE_CHANGES = """
 SELECT DISTINCT ON (d.room_id, d.type, d.state_key) d.room_id, d.type, d.state_key, d.event_id
-FROM unnest(%(rooms)b::text[], %(lows)b::bigint[], %(highs)b::bigint[]) AS r(room_id, low, high)
-JOIN current_state_delta_stream d ON d.room_id = r.room_id AND d.stream_id > r.low AND d.stream_id < r.high
+FROM unnest(%(rooms)b::text[], %(highs)b::bigint[]) AS r(room_id, high)
+JOIN current_state_delta_stream d ON d.room_id = r.room_id AND d.stream_id < r.high AND {span}
 ORDER BY d.room_id, d.type, d.state_key, d.stream_id DESC
 """
 # The events of rooms that follow a gap: a prev event the room does not hold. Read from the rooms'
@@ -248,65 +253,67 @@ class RoomSync:
         mine = await self.timeline.rooms_for_user(request.user)
         if request.watch_rooms is not None:
             request.watch_rooms(r.room_id for r in mine if r.membership == "join")
-        after = min(request.since.values(), default=0)
-        upto = max(request.upto.values(), default=0)
-        if after >= upto:
+        # Per writer: an event of writer w is in the range iff since[w] < its ID <= upto[w], so a writer
+        # that is behind holds back its own events only (a writer absent is at the token's minimum).
+        span = WriterRange(Positions.of_writers(request.since), Positions.of_writers(request.upto))
+        if span.empty:
             return {}
         if request.initial:
-            return await self.initial(request.user, upto, room_filter)
+            return await self.initial(request.user, span.high, room_filter)
         joined = [r.room_id for r in mine if r.membership == "join"]
-        if self.timeline.members.has_changed_since(request.user, upto):
-            # this process already holds membership changes of the user beyond the range (a leave or
-            # join written while the request ran): the rooms they were in at its end, not now
-            joined = await self._joined_at(request.user, upto)
-        member_changed = self.timeline.members.has_changed_since(request.user, after)
-        changed = self.timeline.rooms.changed_since(joined, after)
+        # The change caches are asked from the slowest writer's position of each end: conservative.
+        if self.timeline.members.has_changed_since(request.user, span.high.minimum):
+            # this process may already hold membership changes of the user beyond the range (a leave
+            # or join written while the request ran): the rooms they were in at its end, not now
+            joined = await self._joined_at(request.user, span.high)
+        member_changed = self.timeline.members.has_changed_since(request.user, span.low.minimum)
+        changed = self.timeline.rooms.changed_since(joined, span.low.minimum)
         rooms = set(joined) if changed is None else changed
         if not member_changed and not rooms:
             return {}
-        return await self.incremental(request.user, after, upto, room_filter, rooms, member_changed)
+        return await self.incremental(request.user, span, room_filter, rooms, member_changed)
 
-    async def _joined_at(self, user: str, upto: int) -> list[str]:
-        """The rooms ``user`` was joined to at stream position ``upto``."""
-        rows = await self.host.database().fetchall(_JOINED_AT, {"user": user, "upto": upto})
+    async def _joined_at(self, user: str, upto: Positions) -> list[str]:
+        """The rooms ``user`` was joined to at the per-writer positions ``upto``."""
+        where, params = upto.bound("<=", "e.stream_ordering", "e.instance_name", "upto")
+        rows = await self.host.database().fetchall(_JOINED_AT.format(upto=where), {**params, "user": user})
         return [str(r[0]) for r in rows]
 
     # -- incremental -------------------------------------------------------------------------------
 
     async def incremental(
-        self, user: str, after: int, upto: int, room_filter: RoomFilter, rooms: Iterable[str], member_changed: bool
+        self, user: str, span: WriterRange, room_filter: RoomFilter, rooms: Iterable[str], member_changed: bool
     ) -> dict[str, Any]:
-        """What is new for ``user`` in ``(after, upto]``: ``rooms`` are joined rooms that may have changed."""
-        plan = {room_id: _Room(room_id, "join", upto) for room_id in rooms}
+        """What is new for ``user`` in ``span`` (per writer): ``rooms`` are joined rooms that may have changed."""
+        top = span.high.maximum
+        plan = {room_id: _Room(room_id, "join", top) for room_id in rooms}
         async with self.host.database().autocommit() as conn:
             if member_changed:
-                params = {"user": user, "since": after, "upto": upto}
-                for change in map(row_of, await fetch_binary(conn, MEMBERSHIP_CHANGES, params)):
-                    _apply_change(plan, change, upto)
+                for change in map(row_of, await fetch_binary(conn, *membership_changes(user, span))):
+                    _apply_change(plan, change, top)
             timed = [r for r in plan.values() if r.section != "invite"]
-            await self._new_timelines(conn, user, timed, after, room_filter)
-            return await self._render(conn, user, plan, after, room_filter)
+            await self._new_timelines(conn, user, timed, span, room_filter)
+            return await self._render(conn, user, plan, span, room_filter)
 
     async def _new_timelines(
-        self, conn: AsyncConnection[Any], user: str, rooms: Sequence[_Room], after: int, room_filter: RoomFilter
+        self, conn: AsyncConnection[Any], user: str, rooms: Sequence[_Room], span: WriterRange, room_filter: RoomFilter
     ) -> None:
-        """Each room's newest events after ``after`` up to its cap, in stream order."""
-        reading = [r for r in rooms if r.cap > after and not _never_joined(r)]
+        """Each room's newest events in ``span`` up to its cap, in stream order."""
+        reading = [r for r in rooms if r.cap > span.low.minimum and not _never_joined(r)]
         if not reading:
             return
         names = [r.room_id for r in reading]
         caps = {r.room_id: r.cap for r in reading}
-        params = {"rooms": names, "caps": [caps[n] for n in names], "since": after, "limit": room_filter.limit + 1}
-        newest_rows, ex_outliers, after_gap = await _together(
+        newest_rows, ex_outlier_rows, after_gap = await _together(
             conn,
-            (NEW_IN_ROOMS, params),
-            (EX_OUTLIERS, {"since": after, "upto": max(caps.values()), "rooms": names}),
+            new_in_rooms(span, caps, room_filter.limit + 1),
+            ex_outliers(span, names),
             (_AFTER_GAP, {"rooms": names}),
         )
         found: dict[str, dict[str, tuple[int, Row]]] = {}
         for row in map(row_of, newest_rows):
             found.setdefault(row.room_id, {})[row.event_id] = (row.stream, row)
-        for r in ex_outliers:
+        for r in ex_outlier_rows:
             row = row_of(r[1:])
             if int(r[0]) <= caps[row.room_id]:
                 found.setdefault(row.room_id, {})[row.event_id] = (int(r[0]), row)
@@ -316,27 +323,35 @@ class RoomSync:
             room.rows = [row for _, row in reversed(kept)]
             room.limited = len(newest) > room_filter.limit
             if kept:
-                room.prev_batch = f"s{kept[-1][0] - 1}"
+                # page back from just before the first event shown, each writer no further than the range
+                room.prev_batch = await token_text(self.host, span.high.capped(kept[-1][0] - 1))
         _mark_gaps(reading, after_gap)
 
     # -- initial -----------------------------------------------------------------------------------
 
-    async def initial(self, user: str, upto: int, room_filter: RoomFilter) -> dict[str, Any]:
-        """Every room ``user`` is in at ``upto`` (and left, with ``include_leave``), newest events first
-        by topological order."""
+    async def initial(self, user: str, upto: Positions, room_filter: RoomFilter) -> dict[str, Any]:
+        """Every room ``user`` is in at ``upto`` (per writer; and rooms left, with ``include_leave``),
+        newest events first by topological order."""
         async with self.host.database().autocommit() as conn:
             plan: dict[str, _Room] = {}
-            for member in map(row_of, await fetch_binary(conn, _MEMBERSHIPS_AT, {"user": user, "upto": upto})):
-                room = _initial_room(member, upto, room_filter)
+            where, bound = upto.bound("<=", "e.stream_ordering", "e.instance_name", "upto")
+            memberships = _MEMBERSHIPS_AT.format(columns=COLUMNS, upto=where)
+            for member in map(row_of, await fetch_binary(conn, memberships, {**bound, "user": user})):
+                room = _initial_room(member, upto.maximum, room_filter)
                 if room is not None:
                     plan[room.room_id] = room
             reading = [r for r in plan.values() if r.section != "invite" and not _never_joined(r)]
             if reading:
                 names = [r.room_id for r in reading]
-                params = {"rooms": names, "caps": [plan[n].cap for n in names], "limit": room_filter.limit + 1}
-                newest_rows, after_gap = await _together(
-                    conn, (_NEWEST_IN_ROOMS, params), (_AFTER_GAP, {"rooms": names})
-                )
+                where, bound = upto.bound("<=", "x.stream_ordering", "x.instance_name", "upto")
+                params = {
+                    **bound,
+                    "rooms": names,
+                    "caps": [plan[n].cap for n in names],
+                    "limit": room_filter.limit + 1,
+                }
+                newest = _NEWEST_IN_ROOMS.format(columns=COLUMNS, upto=where)
+                newest_rows, after_gap = await _together(conn, (newest, params), (_AFTER_GAP, {"rooms": names}))
                 found: dict[str, list[Row]] = {}
                 for row in map(row_of, newest_rows):
                     found.setdefault(row.room_id, []).append(row)
@@ -348,17 +363,22 @@ class RoomSync:
                     if kept:
                         room.prev_batch = f"t{kept[-1].topological}-{kept[-1].stream - 1}"
                 _mark_gaps(reading, after_gap)
-            return await self._render(conn, user, plan, 0, room_filter)
+            return await self._render(conn, user, plan, None, room_filter)
 
     # -- the response ------------------------------------------------------------------------------
 
     async def _render(
-        self, conn: AsyncConnection[Any], user: str, plan: Mapping[str, _Room], after: int, room_filter: RoomFilter
+        self,
+        conn: AsyncConnection[Any],
+        user: str,
+        plan: Mapping[str, _Room],
+        span: WriterRange | None,
+        room_filter: RoomFilter,
     ) -> dict[str, Any]:
         """The ``rooms`` section: every room's timeline filtered and formatted for ``user`` together."""
         rooms = [r for r in plan.values() if r.section == "invite" or r.rows or r.member_event is not None]
         timelines = await self._timelines(conn, user, rooms, room_filter)
-        states = await self._states(conn, user, rooms, after, room_filter)
+        states = await self._states(conn, user, rooms, span, room_filter)
         out: dict[str, dict[str, Any]] = {}
         for room in sorted(rooms, key=lambda r: r.room_id):
             if room.section == "invite":
@@ -417,7 +437,7 @@ class RoomSync:
         conn: AsyncConnection[Any],
         user: str,
         rooms: Sequence[_Room],
-        after: int,
+        span: WriterRange | None,
         room_filter: RoomFilter,
     ) -> dict[str, list[bytes]]:
         """Each room's ``state``: the whole state at the timeline's end for an initial sync or a room
@@ -435,13 +455,11 @@ class RoomSync:
                 senders = {r.sender for r in room.shown}
                 wanted[room.room_id] = {(MEMBER, s): end[(MEMBER, s)] for s in senders if (MEMBER, s) in end}
         skipped = [r for r in timed if not r.full_state and r.limited]
-        if skipped:
-            params = {
-                "rooms": [r.room_id for r in skipped],
-                "lows": [after for _ in skipped],
-                "highs": [min(row.stream for row in r.rows or ()) for r in skipped],
-            }
-            cur = await conn.execute(_STATE_CHANGES, params)
+        if skipped and span is not None:  # an initial sync's rooms all have their full state
+            where, params = span.sql("d.stream_id", "d.instance_name", "span")
+            params["rooms"] = [r.room_id for r in skipped]
+            params["highs"] = [min(row.stream for row in r.rows or ()) for r in skipped]
+            cur = await conn.execute(_STATE_CHANGES.format(span=where), params)
             for room_id, event_type, state_key, event_id in await cur.fetchall():
                 if event_id is not None:
                     wanted.setdefault(str(room_id), {})[(str(event_type), str(state_key))] = str(event_id)

@@ -20,7 +20,7 @@ as a normal event is new at its ``ex_outlier_stream`` ID.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +29,9 @@ from psycopg import AsyncConnection
 from factstream import Caches, HostApi, cached
 from factstream_events.changes import ChangeCache
 from factstream_events.errors import InvalidParam
-from factstream_events.reads import COLUMNS, Reads, Row, fetch_binary, parse_token, row_of
+from factstream_events.reads import COLUMNS, Reads, Row, fetch_binary, live_positions, parse_token, row_of, token_text
 from factstream_events.rows import EV, STREAM, EventsRow, event_data
+from factstream_events.tokens import Positions, WriterRange
 from factstream_events.validate import MEMBER
 
 #: The cache of each user's joined and invited rooms (invalidated by ``state`` rows of their member key).
@@ -44,28 +45,58 @@ SELECT c.room_id, c.membership, e.stream_ordering
 FROM current_state_events c JOIN events e ON e.event_id = c.event_id
 WHERE c.type = 'm.room.member' AND c.state_key = %(user)s AND c.membership IN ('join', 'invite')
 """
-# The reads of what is new for a user, shared with ``/sync`` (``factstream_events.sync``). Lists go in
-# PostgreSQL's binary format (``%(...)b``): psycopg dumps a list of strings as text by quoting each.
-MEMBERSHIP_CHANGES = f"""
-SELECT {COLUMNS}, j.json FROM room_memberships m
+# The reads of what is new for a user, shared with ``/sync`` (``factstream_events.sync``), each over a
+# per-writer range (``WriterRange.sql``: an event of writer w is new iff since[w] < its ID <= upto[w]).
+# Lists go in PostgreSQL's binary format (``%(...)b``): psycopg dumps a list of strings as text by
+# quoting each.
+_MEMBERSHIP_CHANGES = """
+SELECT {columns}, j.json FROM room_memberships m
 JOIN events e ON e.event_id = m.event_id JOIN event_json j ON j.event_id = m.event_id
-WHERE m.user_id = %(user)s AND m.stream_ordering > %(since)s AND m.stream_ordering <= %(upto)s
+WHERE m.user_id = %(user)s AND {range}
 ORDER BY m.stream_ordering
 """
-NEW_IN_ROOMS = f"""
-SELECT {COLUMNS}, j.json FROM unnest(%(rooms)b::text[], %(caps)b::bigint[]) AS r(room_id, cap)
+_NEW_IN_ROOMS = """
+SELECT {columns}, j.json FROM unnest(%(rooms)b::text[], %(caps)b::bigint[]) AS r(room_id, cap)
 CROSS JOIN LATERAL (
     SELECT * FROM events x WHERE x.room_id = r.room_id AND NOT x.outlier
-    AND x.stream_ordering > %(since)s AND x.stream_ordering <= r.cap
+    AND {range} AND x.stream_ordering <= r.cap
     ORDER BY x.stream_ordering DESC LIMIT %(limit)s
 ) e
 JOIN event_json j ON j.event_id = e.event_id
 """
-EX_OUTLIERS = f"""
-SELECT x.stream_id, {COLUMNS}, j.json FROM ex_outlier_stream x
+_EX_OUTLIERS = """
+SELECT x.stream_id, {columns}, j.json FROM ex_outlier_stream x
 JOIN events e ON e.event_id = x.event_id JOIN event_json j ON j.event_id = x.event_id
-WHERE x.stream_id > %(since)s AND x.stream_id <= %(upto)s AND e.room_id = ANY(%(rooms)b)
+WHERE {range} AND e.room_id = ANY(%(rooms)b)
 """
+
+
+def membership_changes(user: str, span: WriterRange) -> tuple[str, dict[str, Any]]:
+    """The user's membership events in ``span``, in stream order (``SELECT {COLUMNS}, json``)."""
+    where, params = span.sql("e.stream_ordering", "e.instance_name", "span")
+    return _MEMBERSHIP_CHANGES.format(columns=COLUMNS, range=where), {**params, "user": user}
+
+
+def new_in_rooms(span: WriterRange, caps: Mapping[str, int], limit: int) -> tuple[str, dict[str, Any]]:
+    """The newest ``limit`` events of each room of ``caps`` in ``span`` and at or before its cap (the
+    last stream ID its timeline may reach: a leave's), any order (``SELECT {COLUMNS}, json``)."""
+    where, params = span.sql("x.stream_ordering", "x.instance_name", "span")
+    names = list(caps)
+    return _NEW_IN_ROOMS.format(columns=COLUMNS, range=where), {
+        **params,
+        "rooms": names,
+        "caps": [caps[n] for n in names],
+        "limit": limit,
+    }
+
+
+def ex_outliers(span: WriterRange, rooms: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    """The events of ``rooms`` persisted again as normal events in ``span`` (at their ``ex_outlier_stream``
+    ID and writer): ``SELECT stream_id, {COLUMNS}, json``."""
+    where, params = span.sql("x.stream_id", "x.instance_name", "span")
+    return _EX_OUTLIERS.format(columns=COLUMNS, range=where), {**params, "rooms": list(rooms)}
+
+
 _RECENT = f"""
 WITH ranked AS (
     SELECT c.room_id, c.membership, c.event_id AS member_event,
@@ -189,23 +220,32 @@ class Timeline:
 
     # -- what is new for a user since a token --------------------------------------------------------
 
+    def positions(self) -> Positions:
+        """Where each writer of the events stream is in this process now: what ``/events`` reads up to."""
+        return Positions(self._stream.current_token(), self._stream.positions())
+
     async def new_events(self, user: str, since: str | None, *, limit: int = DEFAULT_TIMELINE) -> NewEvents:
-        """What is new for ``user`` after ``since`` (an ``s`` token; None: nothing, just the token
-        to start from)."""
+        """What is new for ``user`` after ``since`` (a live token, ``s`` or ``m``; None: nothing, just
+        the token to start from), up to every writer's position in this process: an event of writer
+        ``w`` is new iff ``since[w] < stream_ordering <= now[w]``, so a stalled writer holds back
+        only its own events (docs/plugins/events.md, "Tokens with several writers")."""
         if not 1 <= limit <= MAX_TIMELINE:
             raise InvalidParam(f"limit: must be from 1 to {MAX_TIMELINE}, not {limit}")
-        upto = self._stream.current_token()
+        upto = self.positions()
         token = parse_token("from", since)
-        if token is not None and token.topological is not None:
-            raise InvalidParam(f"from: give a stream token (s...), not the room token {since}")
-        after = token.stream if token is not None else upto
-        nothing = NewEvents(f"s{upto}", [], [])
-        if after >= upto:
+        if token is not None and not token.live:
+            raise InvalidParam(f"from: give a stream token (s... or m...), not the room token {since}")
+        after = await live_positions(self.host, "from", token) if token is not None else upto
+        span = WriterRange(after, upto)
+        nothing = NewEvents(await token_text(self.host, upto), [], [])
+        if span.empty:
             return nothing
         mine = await self.rooms_for_user(user)
         joined = [r.room_id for r in mine if r.membership == "join"]
-        member_changed = self.members.has_changed_since(user, after)
-        changed = self.rooms.changed_since(joined, after)
+        # the change caches are asked from the slowest writer's position: conservative (a room that
+        # changed only before a faster writer's position is read, and then found to have nothing)
+        member_changed = self.members.has_changed_since(user, after.minimum)
+        changed = self.rooms.changed_since(joined, after.minimum)
         rooms = set(joined) if changed is None else changed
         if not member_changed and not rooms:
             self.answered_from_caches += 1
@@ -213,16 +253,15 @@ class Timeline:
         self.read_database += 1
         async with self.host.database().autocommit() as conn:
             changes: list[Row] = []
-            caps = dict.fromkeys(rooms, upto)
+            caps = dict.fromkeys(rooms, upto.maximum)
             memberships_now = dict.fromkeys(rooms, "join")
             if member_changed:
-                params = {"user": user, "since": after, "upto": upto}
-                changes = [row_of(r) for r in await fetch_binary(conn, MEMBERSHIP_CHANGES, params)]
+                changes = [row_of(r) for r in await fetch_binary(conn, *membership_changes(user, span))]
                 for change in changes:
                     if change.outlier:
                         continue
                     if change.membership == "join":
-                        caps[change.room_id] = upto
+                        caps[change.room_id] = upto.maximum
                         memberships_now[change.room_id] = "join"
                     elif change.prev_membership == "join":
                         # their leave, kick or ban: their timeline ends there. A leave or ban that
@@ -230,11 +269,11 @@ class Timeline:
                         # user was never in the room (the change itself is in `memberships`)
                         caps[change.room_id] = change.stream
                         memberships_now[change.room_id] = str(change.membership)
-            timelines = await self._new_in_rooms(conn, user, caps, memberships_now, after, upto, limit)
+            timelines = await self._new_in_rooms(conn, user, caps, memberships_now, span, limit)
             # the user's own membership changes are theirs to see whatever the room's history
             # visibility (an invite to a `joined` room too), as the reference's sync sends them
             memberships = await self.reads.format(conn, user, [(c, c.membership) for c in changes])
-        return NewEvents(f"s{upto}", memberships, timelines)
+        return NewEvents(nothing.next, memberships, timelines)
 
     async def _new_in_rooms(
         self,
@@ -242,19 +281,17 @@ class Timeline:
         user: str,
         caps: dict[str, int],
         memberships: dict[str, str],
-        after: int,
-        upto: int,
+        span: WriterRange,
         limit: int,
     ) -> list[RoomTimeline]:
         if not caps:
             return []
         names = sorted(caps)
-        params = {"rooms": names, "caps": [caps[r] for r in names], "since": after, "limit": limit + 1}
         by_room: dict[str, list[tuple[int, Row]]] = {}
-        for r in await fetch_binary(conn, NEW_IN_ROOMS, params):
+        for r in await fetch_binary(conn, *new_in_rooms(span, {n: caps[n] for n in names}, limit + 1)):
             row = row_of(r)
             by_room.setdefault(row.room_id, []).append((row.stream, row))
-        for r in await fetch_binary(conn, EX_OUTLIERS, {"since": after, "upto": upto, "rooms": names}):
+        for r in await fetch_binary(conn, *ex_outliers(span, names)):
             row = row_of(r[1:])
             if int(r[0]) <= caps[row.room_id]:
                 by_room.setdefault(row.room_id, []).append((int(r[0]), row))
@@ -268,15 +305,10 @@ class Timeline:
             limited = len(newest) > limit
             kept = [row for _, row in reversed(newest[:limit])]
             events = await self.reads.for_user(conn, user, kept, is_peeking={room_id: False})
-            out.append(
-                RoomTimeline(
-                    room_id,
-                    memberships[room_id],
-                    events,
-                    limited,
-                    f"s{newest[min(limit, len(newest)) - 1][0] - 1}",
-                )
-            )
+            # page back from just before the first event shown, each writer no further than the range
+            first = newest[min(limit, len(newest)) - 1][0]
+            prev_batch = await token_text(self.host, span.high.capped(first - 1))
+            out.append(RoomTimeline(room_id, memberships[room_id], events, limited, prev_batch))
         return out
 
     # -- the newest events of a user's most recent rooms ---------------------------------------------

@@ -4,6 +4,8 @@
     Its rows handler, registered for the ``events`` and ``backfill`` streams, appends one JSON line per
     row another process wrote: ``{"stream", "instance", "token", "row"}`` (``row``: the wire array,
     ``[kind, data]`` for ``events``), flushed after each call.
+``FACTSTREAM_EVENTSPROBE_LOCAL=1``
+    Record this process's own committed rows too (``"local": true`` in their lines).
 ``FACTSTREAM_EVENTSPROBE_DROP=PATH``
     While this file exists, its ``resolve_state`` resolves as the default does, then drops every key
     of the state type named in the file (a merge that removes state keys).
@@ -27,13 +29,14 @@ from factstream import HostApi, RegisterRowsHandler, RowsHandlerSpec
 
 def record(host: HostApi, instance: str, token: int, rows: Sequence[Any], local: bool) -> None:
     path = os.environ.get("FACTSTREAM_EVENTSPROBE_RECORD")
-    if not path or local:
+    if not path or (local and not os.environ.get("FACTSTREAM_EVENTSPROBE_LOCAL")):
         return
     stream = "backfill" if rows and not hasattr(rows[0], "kind") else "events"
     with open(path, "a", encoding="utf-8") as f:
         for row in rows:
             wire = list(msgspec.to_builtins(row).values())
-            f.write(json.dumps({"stream": stream, "instance": instance, "token": token, "row": wire}) + "\n")
+            line = {"stream": stream, "instance": instance, "token": token, "row": wire, "local": local}
+            f.write(json.dumps(line) + "\n")
         f.flush()
 
 
