@@ -124,7 +124,10 @@ async def _deliver(lines: list[bytes], runs: bool) -> tuple[list[tuple[str, int,
         dispatch_run=handler.on_rdata_run if runs else None,
     )
     handler.new_connection(conn)
-    await follow(handler, conn)
+    # Rows of a writer are accepted once a POSITION of that writer was processed on the link.
+    writers = {line.split()[2].decode() for line in lines if line.startswith((b"RDATA ", b"POSITION "))}
+    for name in sorted(writers | {"w0"}):
+        await follow(handler, conn, name)
     for start in range(0, len(lines), 7):  # several chunks, so runs also end at chunk borders
         if not await conn._receive_lines(lines[start : start + 7]):
             break

@@ -21,7 +21,8 @@ async def test_own_echoes_are_dropped_and_every_other_line_is_delivered_in_order
     transport = RedisTransport(settings, handler)
     link = RedisLink(transport, 1)
     handler.new_connection(link)
-    await follow(handler, link)
+    for writer in ("w1", "w2"):  # a writer's rows are accepted once its POSITION was processed
+        await follow(handler, link, writer)
 
     reads = [
         # A writer's usual read: nothing but its own echoes.
@@ -63,7 +64,8 @@ async def test_with_a_secret_only_lines_under_their_signers_name_are_delivered()
     transport = RedisTransport(settings, handler)
     link = RedisLink(transport, 1)
     handler.new_connection(link)
-    await follow(handler, link)
+    for writer in ("w1", "w2"):  # a writer's rows are accepted once its POSITION was processed
+        await follow(handler, link, writer)
     signing = ReplicationSecret(secret["secret"], "d")
 
     def signed(signer: bytes, *lines: str) -> list[bytes]:

@@ -4,9 +4,12 @@ Guarantees, per stream:
 
 * Commands are processed strictly in arrival order, one at a time (one queue and one task per
   stream; different streams proceed in parallel). A catch-up query and a later RDATA can never race.
-* Rows are only accepted once a POSITION for that stream has been processed on the connection they
-  arrive on: before that, this process may have missed rows, and the POSITION's catch-up fills the gap
-  from the database. RDATA arriving earlier is dropped (the POSITION that follows re-reads it).
+* A writer's rows are only accepted once a POSITION of that stream *from that writer* has been
+  processed on the connection they arrive on: before that, this process may have missed rows, and
+  the POSITION's catch-up fills the gap from the database. RDATA arriving earlier is dropped (the
+  POSITION that follows re-reads it). Keyed by writer, not by stream alone (the reference's key): an
+  idle writer announces a POSITION each time another writer's IDs move its own position, and on a
+  hub with several client writers one writer's POSITION must not make the hub drop another's rows.
 * ``batch`` rows are buffered per (stream, writer) until the row carrying the numeric token arrives;
   with several writers on one channel, two writers' batches can interleave (the reference keyed the
   buffer by stream only).
@@ -117,7 +120,8 @@ class ReplicationHandler:
         self.streams = {s.name: s for s in streams}
         self.sink: RowSink = sink if sink is not None else NoSink()
         self.connections: list[Connection] = []
-        self._connected: dict[Connection, set[str]] = defaultdict(set)
+        #: Per link, the (stream, writer) pairs whose RDATA it accepts (a POSITION was processed).
+        self._connected: dict[Connection, set[tuple[str, str]]] = defaultdict(set)
         self._batches: dict[tuple[str, str], list[Any]] = {}
         self._queues: dict[str, _StreamQueue] = {}
         self._backlog = 0
@@ -148,11 +152,11 @@ class ReplicationHandler:
         self._connected.pop(conn, None)
 
     def connected_streams(self, conn: Connection) -> set[str]:
-        return set(self._connected.get(conn, ()))
+        return {stream for stream, _ in self._connected.get(conn, ())}
 
     def following(self, stream: str) -> bool:
         """Whether some link has processed a POSITION of ``stream``: its rows are now accepted there."""
-        return any(stream in streams for streams in self._connected.values())
+        return any(stream == name for pairs in self._connected.values() for name, _ in pairs)
 
     # -- inbound -----------------------------------------------------------------------------------
 
@@ -179,7 +183,7 @@ class ReplicationHandler:
                     self.lag.heard_token(cmd.stream_name, cmd.instance_name, cmd.token)  # type: ignore[union-attr]
             if (
                 isinstance(cmd, wire.PositionCommand)
-                and cmd.stream_name in self._connected.get(conn, ())
+                and (cmd.stream_name, cmd.instance_name) in self._connected.get(conn, ())
                 and stream.can_discard_position(cmd.instance_name, cmd.new_token)
             ):
                 return
@@ -315,9 +319,9 @@ class ReplicationHandler:
         except RowError:
             log.warning("dropping RDATA with a bad row from %s: %s", cmd.instance_name, cmd.to_line()[:500])
             return
-        if cmd.stream_name not in self._connected.get(conn, ()):
-            return  # wait for the POSITION, whose catch-up reads this row from the database
         instance = cmd.instance_name
+        if (cmd.stream_name, instance) not in self._connected.get(conn, ()):
+            return  # wait for the POSITION, whose catch-up reads this row from the database
         key = (cmd.stream_name, instance)
         if cmd.token is None:
             self._batches.setdefault(key, []).append(row)
@@ -337,9 +341,9 @@ class ReplicationHandler:
     async def _process_run(
         self, stream: ReplicatedStream, conn: Connection, run: RdataRun, pending: dict[str, int]
     ) -> None:
-        if run.stream_name not in self._connected.get(conn, ()):
-            return  # wait for the POSITION, whose catch-up reads these rows from the database
         instance = run.instance_name
+        if (run.stream_name, instance) not in self._connected.get(conn, ()):
+            return  # wait for the POSITION, whose catch-up reads these rows from the database
         rows = stream.decode_rows(run.texts, run.array)
         key = (run.stream_name, instance)
         seen = max(pending.get(instance, 0), stream.current_token(instance))
@@ -390,7 +394,8 @@ class ReplicationHandler:
 
     async def _process_position(self, conn: Connection, cmd: wire.PositionCommand) -> None:
         stream = self.streams[cmd.stream_name]
-        if cmd.stream_name in self._connected.get(conn, ()) and stream.can_discard_position(
+        key = (cmd.stream_name, cmd.instance_name)
+        if key in self._connected.get(conn, ()) and stream.can_discard_position(
             cmd.instance_name, cmd.new_token
         ):
             return
@@ -402,14 +407,14 @@ class ReplicationHandler:
                     conn, cmd.stream_name, cmd.instance_name, f"dropping {reason} (from {conn.name})"
                 )
                 return
-        for streams in self._connected.values():
-            streams.discard(cmd.stream_name)
+        for pairs in self._connected.values():
+            pairs.discard(key)
         self._batches.pop((cmd.stream_name, cmd.instance_name), None)
         current = stream.current_token(cmd.instance_name)
         if not cmd.prev_token <= current <= cmd.new_token:
             await self._catch_up(stream, cmd, current)
         await self._deliver(stream, cmd.instance_name, cmd.new_token, [])
-        self._connected[conn].add(cmd.stream_name)
+        self._connected[conn].add(key)
 
     async def _catch_up(self, stream: ReplicatedStream, cmd: wire.PositionCommand, current: int) -> None:
         """Read the writer's rows after ``current`` from the database, a page at a time: every

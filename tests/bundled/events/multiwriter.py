@@ -38,7 +38,7 @@ async def two_writers(host_cluster: HostCluster, transport: str) -> dict[str, Ho
     host_cluster.configure(
         transport=transport,
         instances=INSTANCES,
-        stream_writers={"events": list(WRITERS)},
+        stream_writers={"events": list(WRITERS), "backfill": list(WRITERS)},
         http={"tokens": TOKENS},
     )
     hosts = {name: await host_cluster(name) for name in INSTANCES}

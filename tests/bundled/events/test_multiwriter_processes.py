@@ -42,7 +42,7 @@ class Deployment:
         cluster.configure(
             instances=list(INSTANCES),
             instance_map={name: {"http_port": port} for name, port in self.http.items()},
-            stream_writers={"events": list(WRITERS)},
+            stream_writers={"events": list(WRITERS), "backfill": list(WRITERS)},
             http={"tokens": TOKENS, "sync_timeout_max_seconds": 30},
         )
         self.config = cluster.config("multiwriter", redis_url=redis_url)

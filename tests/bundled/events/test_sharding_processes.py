@@ -191,7 +191,9 @@ def test_a_writer_killed_mid_batch_restarts_and_every_event_is_stored_and_delive
         if (room, i) in acked:
             assert outcome["stored"] == [], (room, i)
     for w in WRITERS:  # both writers write after the restart
-        r = shards.client(w, "alice").put(f"/rooms/{local_rooms[w]}/send/m.room.message/after", json={"body": "a"})
+        r = shards.client(w, "alice").put(
+            f"/rooms/{local_rooms[w]}/send/m.room.message/after-{w}", json={"msgtype": "m.text", "body": "a"}
+        )
         assert r.status_code == 200, r.text
     shards.caught_up()
 

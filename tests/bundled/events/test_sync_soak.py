@@ -97,7 +97,7 @@ class Deployment:
         cluster.configure(
             instances=list(self.http),
             instance_map={name: {"http_port": port} for name, port in self.http.items()},
-            stream_writers={"events": list(writers)},
+            stream_writers={"events": list(writers), "backfill": list(writers)},
             http={"tokens": {token_of(u): {"user": u} for u in users}, "sync_timeout_max_seconds": 5},
         )
         self.config = cluster.config("soak", redis_url=redis_url)
