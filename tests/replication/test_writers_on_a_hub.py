@@ -82,18 +82,16 @@ async def test_every_row_of_every_writer_is_delivered_once_in_order_whatever_the
     order: list[str], data: st.DataObject
 ) -> None:
     """Writers interleave rows, and idle writers announce POSITIONs carrying the others' IDs."""
-    stream, seen, handler = recording_handler("hub")
+    _stream, seen, handler = recording_handler("hub")
     writers = ("w1", "w2", "w3")
     links = {w: Link(f"link-{w}", w) for w in writers}
     for writer, link in links.items():
         handler.new_connection(link)
         handler.on_command(link, position(writer, 0, 0))
     await handler.drained()
-    token = 0
     last = dict.fromkeys(writers, 0)
     expected: list[tuple[str, int]] = []
-    for writer in order:
-        token += 1
+    for token, writer in enumerate(order, start=1):
         handler.on_command(links[writer], rdata(writer, token))
         last[writer] = token
         expected.append((writer, token))

@@ -395,9 +395,7 @@ class ReplicationHandler:
     async def _process_position(self, conn: Connection, cmd: wire.PositionCommand) -> None:
         stream = self.streams[cmd.stream_name]
         key = (cmd.stream_name, cmd.instance_name)
-        if key in self._connected.get(conn, ()) and stream.can_discard_position(
-            cmd.instance_name, cmd.new_token
-        ):
+        if key in self._connected.get(conn, ()) and stream.can_discard_position(cmd.instance_name, cmd.new_token):
             return
         if not stream.position_allowed(cmd.new_token):
             # TCP checks before dispatching; Redis cannot wait in its read callback, so here.
