@@ -26,8 +26,9 @@ from factstream.db.engine import libpq_url
 from factstream.export import checkpoints
 from factstream.export.output import JobOutput
 from factstream.export.runner import ExportRunner
+from factstream.export.watermark import persisted_upto, sequence_head
 from factstream.plugin.manager import load_plugins
-from factstream.testing import HostCluster
+from factstream.testing import HostCluster, until
 from tests.bundled.events.remote_history import RemoteRoom, persist
 from tests.export import conftest as export_conftest
 
@@ -185,6 +186,13 @@ async def test_events_jobs_export_each_event_once_across_two_writers_backfill_in
     def run(job: str, **kwargs: Any) -> Any:
         return asyncio.to_thread(runner.run, plugins.registry.export_jobs.get(job), **kwargs)
 
+    def settled() -> bool:
+        """Both streams' watermarks reached their sequence heads: the writers have persisted their
+        positions (every 0.1 s), so an export now reads every event written so far."""
+        plans = [runner.plan(plugins.registry.export_jobs.get(j)) for j in ("events", "events_backfilled")]
+        with psycopg.connect(libpq_url(url)) as conn:
+            return all(persisted_upto(conn, plan) >= sequence_head(conn, plan) for plan in plans)
+
     # 1. both writers persist their rooms; one message is redacted; everything is exported
     for w, hs in histories.items():
         for h in hs:
@@ -194,6 +202,7 @@ async def test_events_jobs_export_each_event_once_across_two_writers_backfill_in
     secret = h0.room.add("m.room.message", BOB, {"msgtype": "m.text", "body": "the secret"})
     h0.room.add("m.room.redaction", CREATOR, {}, redacts=secret.event_id)
     await persist_new(hosts["w1"], h0)
+    await until(settled, 10, "the events watermarks to reach the sequence heads")
     for job in ("events", "events_raw", "room_daily"):
         assert (await run(job)).status == "exported"
     check_events(spark, out, url, "events", backfilled=False, raw=False)
@@ -205,6 +214,7 @@ async def test_events_jobs_export_each_event_once_across_two_writers_backfill_in
             h.more(3, next_day=True)
             await persist_new(hosts[w], h)
             await persist(hosts[w].api.state(_store()), h.room.room_id, h.old, backfill=True)
+    await until(settled, 10, "the events watermarks to reach the sequence heads")
     # ... exported by runs that die: between the commit and the checkpoint, and before the commit
     with monkeypatch.context() as m:
         m.setattr(checkpoints, "advance", _die)
@@ -220,16 +230,18 @@ async def test_events_jobs_export_each_event_once_across_two_writers_backfill_in
     for job in ("events_raw", "room_daily", "room_daily_backfilled", "events_raw_backfilled"):
         assert (await run(job)).status == "exported"
 
-    # 3. more events, an incremental run of every job
+    # 3. more events, an incremental run of every job (nothing new for the backfill jobs: no new range)
+    backfilled_ranges = ranges(out, "events_backfilled")
     for w, hs in histories.items():
         for h in hs:
             h.more(2)
             await persist_new(hosts[w], h)
+    await until(settled, 10, "the events watermarks to reach the sequence heads")
     for job in ("events", "events_raw", "room_daily"):
         assert (await run(job)).status == "exported"
     for job in ("events_backfilled", "events_raw_backfilled", "room_daily_backfilled"):
         assert (await run(job)).status == "up to date"
-    assert len(ranges(out, "events")) == 3 and len(ranges(out, "events_backfilled")) == 1
+    assert len(ranges(out, "events")) == 3 and ranges(out, "events_backfilled") == backfilled_ranges
 
     rows = check_events(spark, out, url, "events", backfilled=False, raw=False)
     raw_rows = check_events(spark, out, url, "events_raw", backfilled=False, raw=True)
