@@ -237,11 +237,10 @@ class Side:
 
 def _write_batch(conn: psycopg.Connection[Any], rows: list[dict[str, Any]]) -> None:
     """``events_storage.baseline_remote``'s statements for one batch, one transaction."""
-    (first,) = conn.execute(  # type: ignore[misc]
-        "SELECT min(nextval) FROM (SELECT nextval('bench_events_seq') FROM generate_series(1, %s)) s", (len(rows),)
-    ).fetchone()
-    for i, r in enumerate(rows):
-        r["stream"] = first + i
+    # The IDs themselves, not the first plus an offset: with N processes drawing at once they interleave.
+    ids = conn.execute("SELECT nextval('bench_events_seq') FROM generate_series(1, %s)", (len(rows),)).fetchall()
+    for r, (stream_id,) in zip(rows, ids, strict=True):
+        r["stream"] = stream_id
     with conn.cursor() as cur:
         cur.executemany(_B_EVENT, rows)
         cur.executemany(_B_JSON, rows)
