@@ -197,6 +197,52 @@ async def test_a_stalled_writer_holds_back_only_its_own_rooms_and_its_event_come
         await http.aclose()
 
 
+async def test_old_s_and_t_tokens_keep_working_with_two_writers_on_every_route(host_cluster: HostCluster) -> None:
+    """A client holding an ``s`` or ``t`` token (from a single-writer deployment, or handed out while the
+    writers agreed) reads ``/events``, ``/sync`` and ``/messages`` from it on every host: exactly what came
+    after it, in both writers' rooms, and nothing twice."""
+    hosts = await two_writers(host_cluster, "tcp")
+    rooms = await owned_rooms(hosts, 1, BOB)
+    a, b = rooms["w1"][0], rooms["w2"][0]
+    before = {a: await store_of(hosts["w1"]).send(a, ALICE, "m.room.message", text("a1"))}
+    before[b] = await store_of(hosts["w2"]).send(b, ALICE, "m.room.message", text("b1"))
+    await caught_up(hosts)
+    db = hosts["w1"].api.database()
+    ((k,),) = await db.fetchall("SELECT max(stream_ordering) FROM events")
+    ((topo, stream),) = await db.fetchall(
+        "SELECT topological_ordering, stream_ordering FROM events WHERE event_id = %(e)s", {"e": before[a]}
+    )
+    old_sync = {}
+    for name, host in hosts.items():
+        body = await get(client(host_cluster, host), "/sync", filter=FILTER)
+        fields = body["next_batch"].split("_")
+        room_field = [i for i, f in enumerate(fields) if f.startswith(("s", "m"))]
+        assert len(room_field) == 1, body["next_batch"]
+        fields[room_field[0]] = f"s{k}"  # the token of a client that synced at k
+        old_sync[name] = "_".join(fields)
+    after = {a: await store_of(hosts["w1"]).send(a, ALICE, "m.room.message", text("a2"))}
+    after[b] = await store_of(hosts["w2"]).send(b, ALICE, "m.room.message", text("b2"))
+    await caught_up(hosts)
+    expected = {room: [event] for room, event in after.items()}
+
+    for name, host in hosts.items():
+        http = client(host_cluster, host)
+        answer = await get(http, "/events", **{"from": f"s{k}"})
+        assert new_messages(answer, "events") == expected, name
+        assert new_messages(await get(http, "/events", **{"from": answer["next"]}), "events") == {}
+        body = await get(http, "/sync", since=old_sync[name], filter=FILTER, timeout=0)
+        assert new_messages(body, "sync") == expected, name
+        for room in (a, b):
+            back = await get(http, f"/rooms/{room}/messages", **{"from": f"s{k}", "dir": "b"})
+            assert [e["event_id"] for e in back["chunk"] if e["type"] == "m.room.message"] == [before[room]]
+            forward = await get(http, f"/rooms/{room}/messages", **{"from": f"s{k}", "dir": "f"})
+            assert [e["event_id"] for e in forward["chunk"] if e["type"] == "m.room.message"] == [after[room]]
+        # a t token: a position in room a's own order, just after its first message
+        page = await get(http, f"/rooms/{a}/messages", **{"from": f"t{topo}-{stream}", "dir": "f"})
+        assert [e["event_id"] for e in page["chunk"] if e["type"] == "m.room.message"] == [after[a]], name
+        await http.aclose()
+
+
 async def test_an_unknown_writer_in_a_token_is_a_400_naming_the_parameter(host_cluster: HostCluster) -> None:
     hosts = await two_writers(host_cluster, "tcp")
     rooms = await owned_rooms(hosts, 1, BOB)
