@@ -202,19 +202,20 @@ def _measure(url: str, master: str, events: int, rounds: int, work: Path, conf: 
     spark.sparkContext.setLogLevel("ERROR")
     lines = [f"{master}: Spark session start-up {time.perf_counter() - started:.1f} s"]
     label = "standalone" if master.startswith("spark://") else master
+    safe = "standalone" if master.startswith("spark://") else "local"  # for file names
     try:
         runner = ExportRunner(spark, plugins, url, work.as_uri())
         tasks = spark.sparkContext.defaultParallelism
-        direct.write_range(spark, url, runner.plan(job), str(work / f"warm-{label}"), 0, 20_001, tasks)
+        direct.write_range(spark, url, runner.plan(job), str(work / f"warm-{safe}"), 0, 20_001, tasks)
         best_base = best_ours = 0.0
         for i in range(rounds):
             t = time.perf_counter()
-            n = baseline(url, job.source.sql, job.source.columns, events + 1, work / f"baseline-{label}-{i}.parquet")
+            n = baseline(url, job.source.sql, job.source.columns, events + 1, work / f"baseline-{safe}-{i}.parquet")
             base_rate = n / (time.perf_counter() - t)
             best_base = max(best_base, base_rate)
             with psycopg.connect(libpq_url(url), autocommit=True) as conn:
                 conn.execute("DELETE FROM export_checkpoints WHERE job = %s", (job.name,))
-            out = work / f"out-{label}-{i}"
+            out = work / f"out-{safe}-{i}"
             out.mkdir()
             runner.output_root = out.as_uri()
             t = time.perf_counter()

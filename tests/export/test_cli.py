@@ -82,7 +82,7 @@ def test_export_all_runs_every_job_and_prints_a_summary(run_cli, cli_env, export
     with psycopg.connect(libpq_url(export_db), autocommit=True) as conn:
         conn.execute("INSERT INTO ledger_credits SELECT g, 'w', 'acc', g, NULL FROM generate_series(2, 41) AS g")
         conn.execute("SELECT setval('ledger_seq', 41)")
-    out = tmp_path / "out"
+    out = tmp_path / "my exports [2026]"  # a space and brackets: a local path is not a URI to escape
     out.mkdir()
 
     result = run_cli("export", "--all", "--master", "local[2]", "--output", str(out), env=cli_env)

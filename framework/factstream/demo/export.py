@@ -32,6 +32,7 @@ def demo_jobs(streams: list[str]) -> list[ExportJobSpec]:
 def main(argv: list[str]) -> int:
     from factstream.cli import BUILTIN_COMMANDS
     from factstream.config import load_config
+    from factstream.export.output import local_uri
     from factstream.export.runner import ExportRunner
     from factstream.export.session import build_session
     from factstream.plugin.manager import load_plugins
@@ -50,7 +51,7 @@ def main(argv: list[str]) -> int:
     spark = build_session("local[2]", app_name="factstream demo export", conf=QUICK_START)
     try:
         note("Spark session started")
-        runner = ExportRunner(spark, plugins, settings.database.url, output.resolve().as_uri())
+        runner = ExportRunner(spark, plugins, settings.database.url, local_uri(output))
         note("ready")
         print("ready", flush=True)
         if not sys.stdin.readline():  # the demo closed stdin without asking: it is stopping

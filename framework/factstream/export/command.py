@@ -15,6 +15,7 @@ from rich.table import Table
 
 from factstream.export import checkpoints, runs
 from factstream.export.interrupt import spark_stopped_on_exit
+from factstream.export.output import local_uri
 from factstream.export.plan import ExportError, StreamPlan, plans_for
 from factstream.export.read import connect
 from factstream.export.runner import ExportResult, ExportRunner, select_jobs
@@ -28,7 +29,7 @@ def resolve_output(output: str | None, state_dir: Path) -> str:
     if output is None:
         default = (state_dir / "exports").resolve()
         default.mkdir(parents=True, exist_ok=True)
-        return default.as_uri()
+        return local_uri(default)
     scheme = urlsplit(output).scheme
     if len(scheme) > 1:  # a URI (file:, hdfs:, s3a:, ...); checked through Hadoop once Spark runs
         return output.rstrip("/")
@@ -38,7 +39,7 @@ def resolve_output(output: str | None, state_dir: Path) -> str:
             f"output location {output!r} does not exist or is not a directory; create it (or give another "
             "--output). Nothing was exported and no checkpoint moved."
         )
-    return path.as_uri()
+    return local_uri(path)
 
 
 def parse_conf(pairs: Sequence[str]) -> dict[str, str]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from factstream.export.plan import ExportError
@@ -40,6 +41,13 @@ _RANGE_RE = re.compile(r"^export_range=(\d{20})-(\d{20})$")
 def range_name(lo: int, hi: int) -> str:
     """The deterministic directory name of range ``(lo, hi]``."""
     return f"{RANGE_PREFIX}{lo:020d}-{hi:020d}"
+
+
+def local_uri(path: Path) -> str:
+    """The output URI of a local directory: ``file://`` and its absolute path, unescaped. Hadoop's
+    ``Path`` (which Spark's writers and the output checks use) does not decode ``%20`` and the like, so
+    ``Path.as_uri()`` of a directory with a space or a bracket in its name names one that does not exist."""
+    return "file://" + path.resolve().as_posix()
 
 
 @dataclass(frozen=True)
