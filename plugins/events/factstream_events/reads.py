@@ -173,8 +173,12 @@ class Reads:
 
     # -- helpers ---------------------------------------------------------------------------------
 
+    def cached_room_version(self, room_id: str) -> str | None:
+        """The room's version when it is cached (no query), else None."""
+        return self._versions.get((room_id,))
+
     async def room_version(self, conn: AsyncConnection[Any], room_id: str) -> str:
-        version: str | None = self._versions.get((room_id,))
+        version = self.cached_room_version(room_id)
         if version is None:
             cur = await conn.execute(_ROOM, {"room_id": room_id})
             row = await cur.fetchone()

@@ -311,6 +311,9 @@ class EventsStore:
 
     async def _room_version(self, room_id: str) -> str | None:
         """The room's version (read once per room and process), or None for a room not held here."""
+        cached = self.reads.cached_room_version(room_id)
+        if cached is not None:  # no connection taken from the pool: a remote batch asks every time
+            return cached
         try:
             async with self.host.database().autocommit() as conn:
                 return await self.reads.room_version(conn, room_id)

@@ -9,6 +9,11 @@ cut back to whole IDs (the rows of one ID are never split: when not even one who
 ID's rows come without a limit); then the ex-outlier ``ev`` rows in the range; merged by ID. One ID
 carrying :data:`~factstream_events.rows.STATE_ALL_THRESHOLD` or more ``state`` rows of a room sends
 one ``state-all`` row instead.
+
+The three reads go in one round trip on one connection (a writer's streamer reads its own rows back
+this way, as it sends them): each reads the whole window, and when the ``ev`` rows end the page
+earlier the other two are cut back to their bound. Ordered by ID, the first rows of the window up to the bound
+are the first rows of the range up to the bound, so the page is the one reading to the bound gives.
 """
 
 from __future__ import annotations
@@ -58,10 +63,18 @@ async def events_updates(
     half = max(1, target // 2)
     window = min(high, low + PAGE_SPAN * max(1, target))
     params = {"instance": instance, "low": low, "high": window, "limit": half}
-    events = await db.fetchall(_EVENTS, params)
+    async with db.autocommit() as conn:
+        async with conn.pipeline():
+            events_read = await conn.execute(_EVENTS, params)
+            state_read = await conn.execute(_STATE, {**params, "limit": half + 1})
+            outliers_read = await conn.execute(_EX_OUTLIERS, params)
+        events = await events_read.fetchall()
+        state = await state_read.fetchall()
+        outliers = await outliers_read.fetchall()
     limited = len(events) >= half or window < high
     bound = int(events[-1][0]) if len(events) >= half else window
-    state = await db.fetchall(_STATE, {**params, "high": bound, "limit": half + 1})
+    if bound < window:  # the ev rows end the page: the others up to their last ID
+        state = [r for r in state if int(r[0]) <= bound]
     if len(state) > half:
         last = int(state[-1][0])
         whole = [r for r in state if int(r[0]) < last]
@@ -73,7 +86,8 @@ async def events_updates(
             bound = last
         limited = True
         events = [r for r in events if int(r[0]) <= bound]
-    outliers = await db.fetchall(_EX_OUTLIERS, {**params, "high": bound})
+    if bound < window:
+        outliers = [r for r in outliers if int(r[0]) <= bound]
     updates: list[tuple[int, EventsRow, int]] = []
     for r in events:
         data = EventRowData(r[1], r[2], r[3], r[4], r[5], r[6], r[7], False, bool(r[8]))
