@@ -144,8 +144,8 @@ class MigrationSpec:
         return cls(Path(str(root)))
 
 
-#: How a column of an :class:`ExportSource` is typed: Spark ``string``, ``bigint``, ``double``, ``boolean``.
 ExportColumnKind = Literal["string", "long", "double", "boolean"]
+"""How a column of an :class:`ExportSource` is typed: Spark ``string``, ``bigint``, ``double``, ``boolean``."""
 _EXPORT_COLUMN_KINDS = frozenset({"string", "long", "double", "boolean"})
 
 
