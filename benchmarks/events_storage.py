@@ -404,6 +404,22 @@ def remote_batches(room: RemoteRoom, count: int, joins_per_batch: int = 5) -> li
     return out
 
 
+def baseline_write_batch(conn: psycopg.Connection[Any], rows: list[dict[str, Any]]) -> None:
+    """The baseline's statements for one batch of rows (parsed and hashed beforehand), one transaction."""
+    # The IDs themselves, not the first plus an offset: processes drawing at once get interleaved IDs.
+    ids = conn.execute("SELECT nextval('bench_events_seq') FROM generate_series(1, %s)", (len(rows),)).fetchall()
+    for r, (stream_id,) in zip(rows, ids, strict=True):
+        r["stream"] = stream_id
+    with conn.cursor() as cur:
+        cur.executemany(_B_EVENT, rows)
+        cur.executemany(_B_JSON, rows)
+        cur.executemany(_B_EDGE, rows)
+        cur.execute(_B_DROP_FWD, rows[-1])
+        cur.execute(_B_ADD_FWD, rows[-1])
+        cur.execute(_B_ROOM, rows[-1])
+    conn.commit()
+
+
 def baseline_remote(url: str, batches: list[list[dict[str, Any]]], seconds: float) -> tuple[int, float]:
     """Plain psycopg: the rows of each batch (parsed and hashed beforehand), one transaction each."""
     n = 0
@@ -412,20 +428,7 @@ def baseline_remote(url: str, batches: list[list[dict[str, Any]]], seconds: floa
         stop = start + seconds
         while batches:
             rows = batches.pop(0)
-            (first,) = conn.execute(  # type: ignore[misc]
-                "SELECT min(nextval) FROM (SELECT nextval('bench_events_seq') FROM generate_series(1, %s)) s",
-                (len(rows),),
-            ).fetchone()
-            for i, r in enumerate(rows):
-                r["stream"] = first + i
-            with conn.cursor() as cur:
-                cur.executemany(_B_EVENT, rows)
-                cur.executemany(_B_JSON, rows)
-                cur.executemany(_B_EDGE, rows)
-                cur.execute(_B_DROP_FWD, rows[-1])
-                cur.execute(_B_ADD_FWD, rows[-1])
-                cur.execute(_B_ROOM, rows[-1])
-            conn.commit()
+            baseline_write_batch(conn, rows)
             n += len(rows)
             if time.perf_counter() >= stop:
                 break

@@ -55,18 +55,13 @@ from typing import Any
 import psutil
 import psycopg
 from events_storage import (
-    _B_ADD_FWD,
-    _B_DROP_FWD,
-    _B_EDGE,
-    _B_EVENT,
-    _B_JSON,
-    _B_ROOM,
     BATCH,
     ROOM_VERSION,
     SERVER,
     RemoteRoom,
     _baseline_room,
     _baseline_rows,
+    baseline_write_batch,
     prepare_baseline,
     remote_batches,
     verdict,
@@ -235,22 +230,6 @@ class Side:
 # -- the baseline: N plain psycopg processes ---------------------------------------------------------------
 
 
-def _write_batch(conn: psycopg.Connection[Any], rows: list[dict[str, Any]]) -> None:
-    """``events_storage.baseline_remote``'s statements for one batch, one transaction."""
-    # The IDs themselves, not the first plus an offset: with N processes drawing at once they interleave.
-    ids = conn.execute("SELECT nextval('bench_events_seq') FROM generate_series(1, %s)", (len(rows),)).fetchall()
-    for r, (stream_id,) in zip(rows, ids, strict=True):
-        r["stream"] = stream_id
-    with conn.cursor() as cur:
-        cur.executemany(_B_EVENT, rows)
-        cur.executemany(_B_JSON, rows)
-        cur.executemany(_B_EDGE, rows)
-        cur.execute(_B_DROP_FWD, rows[-1])
-        cur.execute(_B_ADD_FWD, rows[-1])
-        cur.execute(_B_ROOM, rows[-1])
-    conn.commit()
-
-
 def _baseline_process(url: str, index: int, pipe: Any) -> None:
     """A baseline writer: one connection (``application_name`` ``bench-baseline-<index>``), 4 rooms.
 
@@ -283,7 +262,7 @@ def _baseline_process(url: str, index: int, pipe: Any) -> None:
                             short = True
                             continue
                         rows = queue.pop(0)
-                        _write_batch(conn, rows)
+                        baseline_write_batch(conn, rows)
                         n += len(rows)
                     if short or time.perf_counter() >= stop:
                         break
