@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
+from factstream.export.output import local_path
 from factstream.export.plan import StreamPlan, split_range
 from factstream.plugin.specs import ExportJobSpec
 
@@ -37,9 +38,11 @@ def _filesystem(uri: str) -> tuple[Any, str]:
     """``(pyarrow FileSystem, path)`` for a local path, a ``file:`` URI (one or three slashes) or another URI."""
     from pyarrow import fs
 
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "file"):
-        return fs.LocalFileSystem(), unquote(parsed.path)
+    local = local_path(uri)
+    if local is not None:
+        return fs.LocalFileSystem(), local.as_posix()
+    if not urlparse(uri).scheme:
+        return fs.LocalFileSystem(), uri
     resolved: tuple[Any, str] = fs.FileSystem.from_uri(uri)
     return resolved
 

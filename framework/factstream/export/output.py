@@ -50,6 +50,21 @@ def local_uri(path: Path) -> str:
     return "file://" + path.resolve().as_posix()
 
 
+def local_path(uri: str) -> Path | None:
+    """The local path of a ``file:`` URI as Hadoop's ``Path`` reads it, ``None`` for any other filesystem.
+
+    The path is the rest of the URI after ``file:`` and any ``//authority``, taken literally (not
+    percent-decoded, and ``#`` or ``?`` are part of it), as Hadoop takes it: the inverse of
+    :func:`local_uri`, so the driver's checks, pyarrow's writes and Hadoop's commit name one directory."""
+    if not uri.startswith("file:"):
+        return None
+    rest = uri[len("file:") :]
+    if rest.startswith("//"):
+        slash = rest.find("/", 2)
+        rest = rest[slash:] if slash >= 0 else "/"
+    return Path(rest)
+
+
 @dataclass(frozen=True)
 class RangeDir:
     lo: int

@@ -14,12 +14,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import psycopg
 
 from factstream.export import checkpoints
-from factstream.export.output import _RANGE_RE, MARKER
+from factstream.export.output import _RANGE_RE, MARKER, local_path
 from factstream.export.plan import StreamPlan
 from factstream.export.runner import ExportResult
 from factstream.export.watermark import persisted_upto
@@ -67,12 +66,6 @@ def up_to_date(conn: psycopg.Connection[Any], job: str, plan: StreamPlan, root: 
     return ExportResult(
         job, plan.stream, cp.upto, cp.upto, 0, time.monotonic() - started, f"{root}/{job}", "up to date"
     )
-
-
-def local_path(uri: str) -> Path | None:
-    """The local path of a ``file:`` URI (``None`` for any other filesystem)."""
-    parts = urlsplit(uri)
-    return Path(unquote(parts.path)) if parts.scheme == "file" else None
 
 
 def _only_committed_ranges(job_dir: Path, checkpoint: int) -> bool:
