@@ -9,22 +9,18 @@ both wrote holds the same rows. Both JVMs run in their own process groups and ar
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from factstream.testing import HostCluster, wait_until
+from factstream.testing import HostCluster, SparkStandalone
 from tests.bundled.events.remote_history import RemoteRoom, persist
 
 pytestmark = pytest.mark.slow
@@ -35,102 +31,9 @@ EXPORT_SECONDS = 300
 JOBS = ("events", "events_raw", "room_daily")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def spark_class() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent / "bin" / "spark-class"
-
-
-class Standalone:
-    """A master and one worker (1 core, 1 GiB), each started by ``spark-class`` in its own process group."""
-
-    def __init__(self, work: Path) -> None:
-        self.work = work
-        self.port, self.ui = free_port(), free_port()
-        self.url = f"spark://127.0.0.1:{self.port}"
-        self.env = {
-            **os.environ,
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "SPARK_WORKER_DIR": str(work / "worker"),
-            "PYSPARK_PYTHON": sys.executable,
-        }
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def _start(self, name: str, *args: str) -> None:
-        log = (self.work / f"{name}.log").open("wb")
-        self.procs.append(
-            subprocess.Popen(
-                [str(spark_class()), *args],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: stopped as one
-            )
-        )
-
-    def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(self.work.glob("*.log")))
-
-    def workers(self) -> list[dict[str, Any]]:
-        try:
-            state = httpx.get(f"http://127.0.0.1:{self.ui}/json/", timeout=2).json()
-        except (httpx.HTTPError, ValueError):
-            return []
-        return [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
-
-    def start(self) -> None:
-        master = "org.apache.spark.deploy.master.Master"
-        self._start("master", master, "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.ui))
-        wait_until(lambda: _listening(self.port), START_SECONDS, "the Spark master to listen", detail=self.logs)
-        worker = "org.apache.spark.deploy.worker.Worker"
-        self._start("worker", worker, self.url, "--host", "127.0.0.1", "--cores", "1", "--memory", "1g")
-        wait_until(lambda: len(self.workers()) == 1, START_SECONDS, "the worker to register", detail=self.logs)
-
-    def pids(self) -> set[int]:
-        """Every process of the cluster: the JVMs and what they started (executors, Python workers)."""
-        found = set()
-        for p in self.procs:
-            try:
-                proc = psutil.Process(p.pid)
-                found |= {proc.pid, *(c.pid for c in proc.children(recursive=True))}
-            except psutil.NoSuchProcess:
-                pass
-        return found
-
-    def stop(self) -> None:
-        pids = self.pids()
-        for p in reversed(self.procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-        for p in reversed(self.procs):
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=10)
-        # executors are the worker's children, in its group; whatever outlived the TERM goes now
-        wait_until(lambda: not any(psutil.pid_exists(pid) for pid in pids), 20, "the cluster's processes to end")
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
 @pytest.fixture
-def standalone(tmp_path: Path) -> Iterator[Standalone]:
-    cluster = Standalone(tmp_path)
+def standalone(tmp_path: Path) -> Iterator[SparkStandalone]:
+    cluster = SparkStandalone(tmp_path, cores=1, memory="1g", start_seconds=START_SECONDS)
     try:
         cluster.start()
         yield cluster
@@ -178,7 +81,7 @@ def sorted_table(root: Path, job: str, keys: list[str]) -> pa.Table:
 
 
 async def test_export_on_a_standalone_cluster_writes_what_local_spark_writes(
-    host_cluster: HostCluster, standalone: Standalone, tmp_path: Path
+    host_cluster: HostCluster, standalone: SparkStandalone, tmp_path: Path
 ) -> None:
     url = await write_events(host_cluster)
     on_cluster, local = tmp_path / "cluster", tmp_path / "local"
@@ -188,9 +91,7 @@ async def test_export_on_a_standalone_cluster_writes_what_local_spark_writes(
     started = time.monotonic()
     first = export(url, on_cluster, standalone.url)
     assert first.returncode == 0, first.stdout + first.stderr + standalone.logs()
-    async with httpx.AsyncClient() as client:
-        app = (await client.get(f"http://127.0.0.1:{standalone.ui}/json/", timeout=5)).json()
-    assert app["completedapps"], "no application ran on the standalone master"
+    assert standalone.state()["completedapps"], "no application ran on the standalone master"
     second = export(url, local, "local[*]", "--full")  # the checkpoints name the first output
     assert second.returncode == 0, second.stdout + second.stderr
     assert time.monotonic() - started < 2 * EXPORT_SECONDS

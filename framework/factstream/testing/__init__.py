@@ -83,6 +83,7 @@ from factstream.plugin.manager import PluginHost, PluginSelection, load_plugins
 from factstream.testing.helpers import free_port, read_json_lines, until, wait_until
 from factstream.testing.hosts import INSTALL_TESTING, HostCluster
 from factstream.testing.processes import FactstreamProcess, ProcessCluster, RedisServer, TcpProxy
+from factstream.testing.spark import SparkStandalone
 
 try:
     import pytest_asyncio
@@ -97,6 +98,7 @@ __all__ = [
     "PluginInstaller",
     "ProcessCluster",
     "RedisServer",
+    "SparkStandalone",
     "TcpProxy",
     "connect",
     "create_database",
