@@ -26,18 +26,16 @@ import argparse
 import io
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
+from scratch import bench_server, scratch_database
 
 from factstream.db.engine import libpq_url
+from factstream.testing import SparkStandalone
 
 ROOMS = 1000
 WRITERS = ("w1", "w2")
@@ -115,79 +113,6 @@ def baseline(url: str, sql: str, columns: tuple[tuple[str, str], ...], upto: int
     return int(table.num_rows)
 
 
-class Standalone:
-    """A Spark master and one worker with every core, started by pyspark's ``spark-class``."""
-
-    def __init__(self, work: Path) -> None:
-        import pyspark
-
-        self.spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
-        self.work = work
-        self.port, self.ui = _free_port(), _free_port()
-        self.url = f"spark://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(work / "worker")}
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self) -> None:
-        self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port),
-                    "--webui-port", str(self.ui))  # fmt: skip
-        _wait(lambda: _listening(self.port), "the master")
-        cores = str(os.cpu_count() or 2)
-        self._start("worker", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1", "--cores",
-                    cores, "--memory", "2g")  # fmt: skip
-        _wait(self._worker_alive, "the worker to register")
-
-    def _start(self, name: str, *args: str) -> None:
-        log = (self.work / f"{name}.log").open("wb")
-        self.procs.append(
-            subprocess.Popen(
-                [self.spark_class, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        )
-
-    def _worker_alive(self) -> bool:
-        import json
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as r:
-                return any(w.get("state") == "ALIVE" for w in json.load(r).get("workers", []))
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        for p in reversed(self.procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-                p.wait(timeout=30)
-            except ProcessLookupError:
-                pass
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-def _wait(check: Callable[[], bool], what: str, seconds: float = 180) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
 def _measure(url: str, master: str, events: int, rounds: int, work: Path, conf: dict[str, str]) -> list[str]:
     from factstream.export import direct
     from factstream.export.runner import ExportRunner
@@ -242,7 +167,7 @@ def run(url: str, events: int = 1_000_000, rounds: int = 2, *, cluster: bool = T
     try:
         lines += _measure(url, "local[*]", events, rounds, work, {})
         if cluster:
-            standalone = Standalone(work)
+            standalone = SparkStandalone(work, cores=os.cpu_count() or 2, memory="2g", start_seconds=180)
             try:
                 standalone.start()
                 conf = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
@@ -263,24 +188,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-cluster", action="store_true", help="only local[*]")
     args = parser.parse_args()
-    server = os.environ.get("FACTSTREAM_BENCH_DATABASE_URL") or os.environ.get("FACTSTREAM_TEST_DATABASE_URL")
-    if not server:
-        from factstream.db.embedded import start_embedded
-
-        server = start_embedded(Path(tempfile.mkdtemp(prefix="factstream-bench-")))
-    from factstream.migrate import Migrator
-    from factstream.plugin.manager import load_plugins
-    from factstream.testing import create_database, drop_database
-
-    url = create_database(server, prefix="fs_bench")
-    try:
-        migrator = Migrator(url, load_plugins())
-        migrator.upgrade()
-        migrator.close()
+    with scratch_database(bench_server()) as url:
         for line in run(url, args.events, args.rounds, cluster=not args.no_cluster):
             print(line, flush=True)
-    finally:
-        drop_database(url)
 
 
 if __name__ == "__main__":

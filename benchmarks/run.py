@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -27,6 +26,7 @@ import replication_e2e
 import spark_export
 import sync_rooms
 import sync_wakeup
+from scratch import bench_server, scratch_database
 
 #: What runs without ``--only``; ``events-replication`` runs as part of ``events``.
 DEFAULT = [
@@ -60,20 +60,8 @@ def main() -> None:
         help="for replication and sync: alternate metrics.enabled off and on in one run and print on/off ratios",
     )
     args = parser.parse_args()
-    server = os.environ.get("FACTSTREAM_BENCH_DATABASE_URL") or os.environ.get("FACTSTREAM_TEST_DATABASE_URL")
-    if not server:
-        from factstream.db.embedded import start_embedded
-
-        server = start_embedded(Path(tempfile.mkdtemp(prefix="factstream-bench-")))
-    from factstream.migrate import Migrator
-    from factstream.plugin.manager import load_plugins
-    from factstream.testing import create_database, drop_database
-
-    url = create_database(server, prefix="fs_bench")  # a scratch database on that server
-    try:
-        migrator = Migrator(url, load_plugins())
-        migrator.upgrade()
-        migrator.close()
+    server = bench_server()
+    with scratch_database(server) as url:  # a scratch database on that server
         only = set(args.only or DEFAULT)
         if "idgen" in only:
             print(f"idgen append ({args.seconds:g} s each):", flush=True)
@@ -148,8 +136,6 @@ def main() -> None:
         if "sync-rooms" in only:
             print(f"rooms in /sync (issue 32), {args.sync_polls:,} idle long polls:", flush=True)
             sync_rooms.run(url, polls=args.sync_polls, emit=lambda line: print("  " + line, flush=True))
-    finally:
-        drop_database(url)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from typing import Any
 
 import msgspec
 import psycopg
+from scratch import bench_server, scratch_database
 
 from factstream import ExportJobSpec, StreamSpec, StreamTable, hookimpl
 from factstream.db.engine import libpq_url
@@ -162,24 +163,9 @@ def main() -> None:
     parser.add_argument("--facts", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    server = os.environ.get("FACTSTREAM_BENCH_DATABASE_URL") or os.environ.get("FACTSTREAM_TEST_DATABASE_URL")
-    if not server:
-        from factstream.db.embedded import start_embedded
-
-        server = start_embedded(Path(tempfile.mkdtemp(prefix="factstream-bench-")))
-    from factstream.migrate import Migrator
-    from factstream.plugin.manager import load_plugins
-    from factstream.testing import create_database, drop_database
-
-    url = create_database(server, prefix="fs_bench")
-    try:
-        migrator = Migrator(url, load_plugins())
-        migrator.upgrade()
-        migrator.close()
+    with scratch_database(bench_server()) as url:
         for line in run(url, args.facts, args.rounds):
             print(line, flush=True)
-    finally:
-        drop_database(url)
 
 
 if __name__ == "__main__":
