@@ -396,13 +396,8 @@ def _print_status(rows: list[Any]) -> None:
     for col in ("branch", "current", "head", "state"):
         table.add_column(col)
     for row in rows:
-        if not row.installed:
-            what = "[red]plugin not installed[/red]"
-        elif row.up_to_date:
-            what = "[green]up to date[/green]"
-        else:
-            what = "[yellow]needs upgrade[/yellow]"
-        table.add_row(row.branch, row.current or "-", row.head or "-", what)
+        colour = "red" if not row.installed else "green" if row.up_to_date else "yellow"
+        table.add_row(row.branch, row.current or "-", row.head or "-", f"[{colour}]{row.state}[/{colour}]")
     out.print(table)
 
 

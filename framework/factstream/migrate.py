@@ -6,7 +6,9 @@ core. Alembic stores only the minimal set of heads (a core head that a plugin re
 folded into the plugin's head), so factstream also records every branch's current revision in
 ``factstream_migration_branches``. That record is what lets ``status`` report each branch, and what
 names the plugin behind a revision whose plugin is no longer installed (alembic alone would only say
-"Can't locate revision").
+"Can't locate revision"). Whether that plugin is gone or only left out by the environment
+(``FACTSTREAM_BLOCK_PLUGINS``, ``FACTSTREAM_LOAD_PLUGINS``) the plugin manager knows, so the refusal names
+the way out that applies: reinstall, unblock, or ``factstream migrate detach``.
 
 All commands run in one transaction holding an advisory lock, so concurrent ``migrate`` calls from
 several host processes are serialised and a failing revision leaves nothing half-applied.
@@ -15,7 +17,7 @@ several host processes are serialised and a failing revision leaves nothing half
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +32,7 @@ from alembic.util import CommandError
 from factstream.db.engine import sync_url
 from factstream.db.metadata import migration_branches
 from factstream.errors import MigrationError
-from factstream.plugin.manager import CORE_PLUGIN, PluginHost
+from factstream.plugin.manager import CORE_PLUGIN, LeftOut, PluginHost
 from factstream.resources import migrations_dir
 
 log = logging.getLogger(__name__)
@@ -42,16 +44,74 @@ _LOCK_KEY = 0x66737467  # "fstg": serialises migrations across processes
 
 @dataclass(frozen=True)
 class BranchStatus:
-    """One branch (core or plugin): where the database is and where the code is."""
+    """One branch (core or plugin): where the database is and where the code is.
+
+    A branch the database holds whose plugin is not loaded has ``installed`` False and no head. Its
+    ``left_out`` says why, when the plugin is installed but the environment leaves it out (None: not
+    installed); ``recorded`` is False when not even the branch table names a plugin for the revision
+    (``branch`` is then ``(unknown: REVISION)``).
+    """
 
     branch: str
     current: str | None
     head: str | None
     installed: bool = True
+    left_out: LeftOut | None = None
+    recorded: bool = True
 
     @property
     def up_to_date(self) -> bool:
         return self.installed and self.current == self.head
+
+    @property
+    def state(self) -> str:
+        """What ``migrate status`` shows: ``up to date``, ``needs upgrade``, ``plugin not installed``, or
+        why an installed plugin is not loaded (``blocked by FACTSTREAM_BLOCK_PLUGINS``)."""
+        if not self.installed:
+            return self.left_out.value if self.left_out is not None else "plugin not installed"
+        return "up to date" if self.current == self.head else "needs upgrade"
+
+
+def missing_plugin(row: BranchStatus) -> str:
+    """Why the revision of ``row`` (a branch whose plugin is not loaded) has no owner, and the ways out
+    that apply (docs/migrations.md, "Uninstalled and blocked plugins"): reinstall the plugin, unblock it
+    or name it in ``FACTSTREAM_LOAD_PLUGINS``; or detach its migrations."""
+    rev, plugin = row.current, row.branch
+    if not row.recorded:
+        return f"revision {rev!r} is not known to any installed plugin"
+    detach = f"detach its migrations with `factstream migrate detach {plugin}` (its tables are kept)"
+    if row.left_out is LeftOut.BLOCKED:
+        way_back = f"Unblock it (take {plugin} out of FACTSTREAM_BLOCK_PLUGINS)"
+    elif row.left_out is LeftOut.NOT_SELECTED:
+        way_back = f"Load it (add {plugin} to FACTSTREAM_LOAD_PLUGINS)"
+    else:
+        way_back = "Reinstall it"
+    why = "is not installed" if row.left_out is None else f"is installed but {row.left_out.value}"
+    return f"revision {rev!r} belongs to plugin {plugin!r}, which {why}. {way_back}, or {detach}"
+
+
+def missing_plugins(rows: Sequence[BranchStatus]) -> str:
+    """The refusal of a database holding revisions of plugins that are not loaded (``rows``)."""
+    whose = "a plugin that is" if len(rows) == 1 else "plugins that are"
+    return f"the database has migrations of {whose} not loaded: " + "; ".join(map(missing_plugin, rows)) + "."
+
+
+def not_ready(rows: Sequence[BranchStatus]) -> str | None:
+    """Why an instance cannot start on a database whose branches are ``rows`` (:meth:`Migrator.status`);
+    None when it can.
+
+    Two problems, either or both: revisions of plugins that are not loaded (:func:`missing_plugins`,
+    named first, since ``factstream migrate`` refuses to run until they are dealt with), and branches
+    behind their head, for which the answer is ``factstream migrate``. A plugin that is blocked or
+    uninstalled is never reported as behind: migrating cannot help it.
+    """
+    missing = [r for r in rows if not r.installed]
+    behind = [r for r in rows if r.installed and not r.up_to_date]
+    names = ", ".join(f"{s.branch} ({s.current or 'base'} -> {s.head or 'missing'})" for s in behind)
+    if not missing:
+        return f"the database is not migrated: {names}; run `factstream migrate` first" if behind else None
+    also = f" The database is also not migrated: {names}; run `factstream migrate` after that." if behind else ""
+    return missing_plugins(missing) + also
 
 
 class Migrator:
@@ -147,21 +207,21 @@ class Migrator:
                 out[rid] = recorded_by_rev.get(rid, "")
         return out
 
-    def _check_installed(self, conn: sa.Connection) -> None:
-        unknown = self._unknown(conn)
-        if not unknown:
-            return
-        parts = []
+    def _missing(self, unknown: dict[str, str], recorded: dict[str, str]) -> list[BranchStatus]:
+        """The branches of the ``unknown`` revisions (:meth:`_unknown`): whose plugin is not loaded, and why."""
+        out = []
         for rid, plugin in sorted(unknown.items()):
             if plugin:
-                parts.append(
-                    f"revision {rid!r} belongs to plugin {plugin!r}, which is not installed (or is blocked). "
-                    f"Reinstall it, or detach its migrations with `factstream migrate detach {plugin}` "
-                    "(its tables are kept)"
-                )
+                why = self.plugins.left_out.get(plugin)
+                out.append(BranchStatus(plugin, recorded.get(plugin, rid), None, installed=False, left_out=why))
             else:
-                parts.append(f"revision {rid!r} is not known to any installed plugin")
-        raise MigrationError("the database has migrations from missing plugins: " + "; ".join(parts) + ".")
+                out.append(BranchStatus(f"(unknown: {rid})", rid, None, installed=False, recorded=False))
+        return out
+
+    def _check_installed(self, conn: sa.Connection) -> None:
+        missing = self._missing(self._unknown(conn), self._recorded(conn))
+        if missing:
+            raise MigrationError(missing_plugins(missing))
 
     def _sync_record(self, conn: sa.Connection) -> None:
         """Rewrite ``factstream_migration_branches`` from the version table (all scripts known)."""
@@ -186,10 +246,11 @@ class Migrator:
             if branch in self.branch_dirs and branch not in currents:
                 currents[branch] = rev
         out = [BranchStatus(b, currents.get(b), self.head_of(b)) for b in self._ordered_branches()]
-        for rid, plugin in sorted(unknown.items()):
-            name = plugin or f"(unknown: {rid})"
-            out.append(BranchStatus(name, recorded.get(plugin, rid), None, installed=False))
-        return out
+        return out + self._missing(unknown, recorded)
+
+    def not_ready(self) -> str | None:
+        """Why an instance cannot start on this database (:func:`not_ready`); None when it can."""
+        return not_ready(self.status())
 
     def _ordered_branches(self) -> list[str]:
         return [CORE_PLUGIN, *sorted(b for b in self.branch_dirs if b != CORE_PLUGIN)]

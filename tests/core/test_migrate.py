@@ -12,7 +12,7 @@ import pytest
 from factstream.db.engine import libpq_url
 from factstream.errors import MigrationError
 from factstream.migrate import Migrator
-from factstream.plugin.manager import load_plugins
+from factstream.plugin.manager import CORE_PLUGIN, load_plugins
 from factstream.testing import PluginInstaller
 
 #: The core branch's newest revision (plugins depend on CORE_BASE_REVISION, the first).
@@ -27,6 +27,44 @@ def tables(url: str) -> set[str]:
 
 def status(migrator: Migrator) -> dict[str, tuple[str | None, str | None, bool]]:
     return {s.branch: (s.current, s.head, s.installed) for s in migrator.status()}
+
+
+#: A plugin whose one revision creates the table ``memos``: a second plugin beside notes.
+MEMOS_PLUGIN = """
+import factstream
+from factstream import MigrationSpec
+
+@factstream.hookimpl
+def register_migrations(register):
+    register(MigrationSpec.from_package("factstream_memos.migrations"))
+"""
+MEMOS_FILES = {
+    "migrations/__init__.py": "",
+    "migrations/memos_0001.py": """
+        from alembic import op
+        import sqlalchemy as sa
+        revision = "memos_0001"
+        down_revision = None
+        branch_labels = ("memos",)
+        depends_on = "fs_core_0001"
+
+        def upgrade():
+            op.create_table("memos", sa.Column("id", sa.BigInteger))
+
+        def downgrade():
+            op.drop_table("memos")
+    """,
+}
+
+
+def blocking(*names: str) -> str:
+    """``FACTSTREAM_BLOCK_PLUGINS`` blocking ``names`` too (tests/core already blocks the bundled plugins)."""
+    return ",".join(n for n in [os.environ.get("FACTSTREAM_BLOCK_PLUGINS", ""), *names] if n)
+
+
+def flat(text: str) -> str:
+    """``text`` with its line breaks and runs of spaces made single spaces (rich wraps stderr)."""
+    return " ".join(text.split())
 
 
 @pytest.fixture
@@ -89,34 +127,7 @@ def test_plugin_branch_downgrades_and_upgrades_without_touching_the_core(migrato
 
 
 def test_upgrading_one_plugin_brings_the_core_but_not_other_plugins(plugin_installer, notes, fresh_database):
-    plugin_installer.from_source(
-        "memos",
-        """
-        import factstream
-        from factstream import MigrationSpec
-
-        @factstream.hookimpl
-        def register_migrations(register):
-            register(MigrationSpec.from_package("factstream_memos.migrations"))
-        """,
-        files={
-            "migrations/__init__.py": "",
-            "migrations/memos_0001.py": """
-                from alembic import op
-                import sqlalchemy as sa
-                revision = "memos_0001"
-                down_revision = None
-                branch_labels = ("memos",)
-                depends_on = "fs_core_0001"
-
-                def upgrade():
-                    op.create_table("memos", sa.Column("id", sa.BigInteger))
-
-                def downgrade():
-                    op.drop_table("memos")
-            """,
-        },
-    )
+    plugin_installer.from_source("memos", MEMOS_PLUGIN, files=MEMOS_FILES)
     migrator = Migrator(fresh_database, load_plugins())
 
     migrator.upgrade("memos")
@@ -246,16 +257,100 @@ def test_cli_reports_an_uninstalled_plugin_and_detaches_it(plugin_installer, not
     assert run_cli("migrate", env=env).returncode == 0
 
 
-def test_blocking_a_migrated_plugin_reports_it_like_an_uninstalled_one(
+def test_blocking_a_migrated_plugin_shows_it_blocked_and_migrate_refuses_saying_unblock_or_detach(
     notes, migrator, fresh_database, run_cli, plugin_installer
 ):
     migrator.upgrade()
-    env = dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database, FACTSTREAM_BLOCK_PLUGINS="notes")
+    env = dict(
+        plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database, FACTSTREAM_BLOCK_PLUGINS=blocking("notes")
+    )
 
-    result = run_cli("migrate", "status", env=env)
+    status_run = run_cli("migrate", "status", env=env)
+    refused = run_cli("migrate", env=env)
 
-    assert result.returncode == 0, result.stderr
-    assert re.search(r"notes\s+│\s+notes_0001\s+│\s+-\s+│\s+plugin not installed", result.stdout)
+    assert status_run.returncode == 0, status_run.stderr
+    assert re.search(r"notes\s+│\s+notes_0001\s+│\s+-\s+│\s+blocked by FACTSTREAM_BLOCK_PLUGINS", status_run.stdout)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert (
+        "revision 'notes_0001' belongs to plugin 'notes', which is installed but blocked by FACTSTREAM_BLOCK_PLUGINS. "
+        "Unblock it (take notes out of FACTSTREAM_BLOCK_PLUGINS), or detach its migrations with "
+        "`factstream migrate detach notes` (its tables are kept)."
+    ) in flat(refused.stderr)
+
+
+def test_a_plugin_left_out_by_load_plugins_is_reported_as_such_and_not_as_uninstalled(
+    notes, migrator, fresh_database, run_cli, plugin_installer
+):
+    migrator.upgrade()
+    env = dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database, FACTSTREAM_LOAD_PLUGINS="")
+
+    status_run = run_cli("migrate", "status", env=env)
+    refused = run_cli("migrate", env=env)
+
+    assert re.search(r"notes\s+│\s+notes_0001\s+│\s+-\s+│\s+not named in FACTSTREAM_LOAD_PLUGINS", status_run.stdout)
+    assert refused.returncode == 2
+    assert (
+        "which is installed but not named in FACTSTREAM_LOAD_PLUGINS. Load it (add notes to FACTSTREAM_LOAD_PLUGINS), "
+        "or detach its migrations with `factstream migrate detach notes`"
+    ) in flat(refused.stderr)
+
+
+# -- factstream run refuses a database it cannot work on, saying what to do ---------------------------
+
+
+def run_refused(run_cli, env: dict[str, str]) -> str:
+    """``factstream run`` on ``env``'s database, which must refuse to start: its error, one line."""
+    result = run_cli("run", "--http-port", "0", env=env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    return flat(result.stderr)
+
+
+def test_run_on_a_database_behind_says_to_run_migrate_first(notes, fresh_database, run_cli, plugin_installer):
+    Migrator(fresh_database, load_plugins()).upgrade(CORE_PLUGIN)
+    env = dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database)
+
+    message = run_refused(run_cli, env)
+
+    assert "error: the database is not migrated: notes (base -> notes_0001); run `factstream migrate` first" in message
+
+
+def test_run_with_a_migrated_plugin_uninstalled_says_reinstall_or_detach_not_migrate(
+    plugin_installer, notes, migrator, fresh_database, run_cli
+):
+    migrator.upgrade()
+    plugin_installer.uninstall(notes)
+    env = dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database)
+
+    message = run_refused(run_cli, env)
+
+    assert (
+        "error: the database has migrations of a plugin that is not loaded: revision 'notes_0001' belongs to plugin "
+        "'notes', which is not installed. Reinstall it, or detach its migrations with "
+        "`factstream migrate detach notes` (its tables are kept)."
+    ) in message
+    assert "not migrated" not in message and "run `factstream migrate` first" not in message
+
+
+def test_run_with_a_migrated_plugin_blocked_and_another_behind_says_both_unblock_first(
+    plugin_installer, notes, migrator, fresh_database, run_cli
+):
+    migrator.upgrade()
+    plugin_installer.from_source("memos", MEMOS_PLUGIN, files=MEMOS_FILES)
+    env = dict(
+        plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database, FACTSTREAM_BLOCK_PLUGINS=blocking("notes")
+    )
+
+    message = run_refused(run_cli, env)
+
+    assert (
+        "belongs to plugin 'notes', which is installed but blocked by FACTSTREAM_BLOCK_PLUGINS. Unblock it" in message
+    )
+    assert "`factstream migrate detach notes` (its tables are kept)." in message
+    assert (
+        "The database is also not migrated: memos (base -> memos_0001); run `factstream migrate` after that."
+    ) in message
+    assert "notes (" not in message and "run `factstream migrate` first" not in message
 
 
 def test_concurrent_migrations_from_two_processes_both_succeed(notes, fresh_database, run_cli, plugin_installer):

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from factstream.errors import PluginError
-from factstream.plugin.manager import load_plugins
+from factstream.plugin.manager import LeftOut, load_plugins
 from factstream.testing import PluginInstaller
 
 NOTES_DUPLICATE = """
@@ -44,6 +44,23 @@ def test_blocked_plugin_is_not_loaded(plugin_installer: PluginInstaller, notes_p
 
     assert "notes" not in host.plugins
     assert "notes" not in host.registry.streams
+
+
+def test_the_host_remembers_which_installed_plugins_were_left_out_and_why(
+    plugin_installer: PluginInstaller, notes_project, monkeypatch
+):
+    plugin_installer.from_project(notes_project)
+    plugin_installer.from_source("likes", "")
+    plugin_installer.from_source("memos", "")
+    monkeypatch.setenv("FACTSTREAM_BLOCK_PLUGINS", "other, notes")
+    monkeypatch.setenv("FACTSTREAM_LOAD_PLUGINS", "notes, likes")
+
+    host = load_plugins()
+
+    assert set(host.plugins) == {"factstream", "likes"}
+    assert host.left_out["notes"] is LeftOut.BLOCKED  # blocked, though FACTSTREAM_LOAD_PLUGINS names it
+    assert host.left_out["memos"] is LeftOut.NOT_SELECTED
+    assert "other" not in host.left_out  # blocked, but not installed
 
 
 def test_load_list_loads_only_the_named_plugins(plugin_installer: PluginInstaller, notes_project, monkeypatch):

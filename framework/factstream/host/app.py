@@ -240,16 +240,17 @@ class Host:
             await self.export_runs.refresh()
 
     def _check_migrated(self, url: str) -> None:
+        """Refuse a database this instance cannot work on: a branch behind its head, or revisions of a
+        plugin that is not loaded (the message says which, and what to do: ``migrate.not_ready``)."""
         from factstream.migrate import Migrator
 
         migrator = Migrator(url, self.plugins)
         try:
-            behind = [s for s in migrator.status() if not s.up_to_date]
+            problem = migrator.not_ready()
         finally:
             migrator.close()
-        if behind:
-            names = ", ".join(f"{s.branch} ({s.current or 'base'} -> {s.head or 'missing'})" for s in behind)
-            raise FactstreamError(f"the database is not migrated: {names}; run `factstream migrate` first")
+        if problem is not None:
+            raise FactstreamError(problem)
 
     async def _check_retired(self) -> None:
         while True:

@@ -18,11 +18,16 @@ Environment escape hatches (read when the manager is built):
     Comma-separated entry-point names never to load.
 ``FACTSTREAM_TRACE_HOOKS``
     ``1`` logs every hook call (plugin, hook, arguments, result) on the ``factstream.hooks`` logger.
+
+The manager remembers which installed plugins the first two left out, and why (:attr:`PluginHost.left_out`):
+a database holding the migrations of a plugin that is not loaded is then refused with the switch to
+change, rather than as if the plugin were not installed (``factstream/migrate.py``).
 """
 
 from __future__ import annotations
 
 import difflib
+import enum
 import inspect
 import logging
 import os
@@ -119,6 +124,13 @@ class PluginInfo:
     builtin: bool = False
 
 
+class LeftOut(enum.Enum):
+    """Why an installed plugin is not loaded: the environment variable that leaves it out."""
+
+    BLOCKED = "blocked by FACTSTREAM_BLOCK_PLUGINS"
+    NOT_SELECTED = "not named in FACTSTREAM_LOAD_PLUGINS"
+
+
 @dataclass(frozen=True)
 class PluginSelection:
     """Which entry-point plugins to load: ``only`` (None = all) minus ``blocked``."""
@@ -135,6 +147,18 @@ class PluginSelection:
 
         only = names("FACTSTREAM_LOAD_PLUGINS") if "FACTSTREAM_LOAD_PLUGINS" in env else None
         return cls(only=only, blocked=names("FACTSTREAM_BLOCK_PLUGINS"))
+
+    def left_out(self, name: str) -> LeftOut | None:
+        """Why this selection leaves the installed plugin ``name`` out; None when it loads it.
+
+        Blocking wins: a plugin both blocked and not named in ``only`` is reported as blocked, since
+        naming it in ``FACTSTREAM_LOAD_PLUGINS`` alone would not load it.
+        """
+        if name in self.blocked:
+            return LeftOut.BLOCKED
+        if self.only is not None and name not in self.only:
+            return LeftOut.NOT_SELECTED
+        return None
 
 
 def _trace_enabled(environ: Mapping[str, str]) -> bool:
@@ -159,6 +183,9 @@ class PluginHost:
         self.hook_owners: dict[str, str] = {}
         #: ``(plugin, hook)`` of the implementations ignored because the plugin defining the hook is not loaded.
         self.ignored: set[tuple[str, str]] = set()
+        #: Installed plugins that the selection left out, and why (:func:`load_plugins` fills it in). A
+        #: plugin that is not loaded and not here is not installed.
+        self.left_out: dict[str, LeftOut] = {}
         self._registry: Registry | None = None
         self._impl_cache: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
         self._params: dict[Callable[..., Any], frozenset[str]] = {}
@@ -534,8 +561,13 @@ def _entry_points() -> list[metadata.EntryPoint]:
     return sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
 
 
-def discover(selection: PluginSelection) -> list[tuple[PluginInfo, Callable[[], object]]]:
-    """Find the selected entry-point plugins; returns their info and a loader for each."""
+def discover(
+    selection: PluginSelection, left_out: dict[str, LeftOut] | None = None
+) -> list[tuple[PluginInfo, Callable[[], object]]]:
+    """Find the selected entry-point plugins; returns their info and a loader for each.
+
+    Each installed plugin the selection leaves out is added to ``left_out`` (when given), with why.
+    """
     eps = _entry_points()
     seen: dict[str, metadata.EntryPoint] = {}
     for ep in eps:
@@ -560,7 +592,10 @@ def discover(selection: PluginSelection) -> list[tuple[PluginInfo, Callable[[], 
             )
     chosen = []
     for name, ep in seen.items():
-        if name in selection.blocked or (selection.only is not None and name not in selection.only):
+        why = selection.left_out(name)
+        if why is not None:
+            if left_out is not None:
+                left_out[name] = why
             continue
         info = PluginInfo(name, ep.value, _dist_name(ep), ep.dist.version if ep.dist else None)
         chosen.append((info, _loader(ep)))
@@ -602,10 +637,11 @@ def load_plugins(
     selection = selection or PluginSelection.from_env(env)
     host = PluginHost(trace=_trace_enabled(env))
     host.add(CORE_PLUGIN, core, PluginInfo(CORE_PLUGIN, core.__name__, "factstream", _core_version(), builtin=True))
-    for info, load in discover(selection):
+    for info, load in discover(selection, host.left_out):
         host.add(info.name, load(), info)
     for name, plugin in extra:
         if name in selection.blocked:
+            host.left_out[name] = LeftOut.BLOCKED
             continue
         host.add(name, plugin)
     host.resolve_hooks()

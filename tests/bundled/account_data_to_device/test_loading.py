@@ -3,6 +3,8 @@ and the core knows nothing of them."""
 
 from __future__ import annotations
 
+import os
+import re
 from importlib import metadata
 from pathlib import Path
 
@@ -74,6 +76,31 @@ def test_blocked_they_register_nothing_and_create_no_tables(fresh_database):
     assert not set(PLUGINS) & branches
     assert not any("account_data" in r.spec.path or "ToDevice" in r.spec.path for r in plugins.registry.routes)
     assert not (TABLES["account_data"] | TABLES["to_device"]) & tables(fresh_database)
+
+
+def test_an_instance_with_a_migrated_plugin_blocked_refuses_to_start_saying_unblock_or_detach(fresh_database, run_cli):
+    migrator = Migrator(fresh_database, load_plugins(PluginSelection()))
+    try:
+        migrator.upgrade()
+    finally:
+        migrator.close()
+    env = dict(os.environ, FACTSTREAM_DATABASE__URL=fresh_database, FACTSTREAM_BLOCK_PLUGINS="to_device")
+
+    started = run_cli("run", "--http-port", "0", env=env)
+    status = run_cli("migrate", "status", env=env)
+
+    assert started.returncode == 2, started.stdout + started.stderr
+    assert "Traceback" not in started.stderr
+    message = " ".join(started.stderr.split())
+    assert (
+        "error: the database has migrations of a plugin that is not loaded: revision 'to_device_0001' belongs to "
+        "plugin 'to_device', which is installed but blocked by FACTSTREAM_BLOCK_PLUGINS. Unblock it (take to_device "
+        "out of FACTSTREAM_BLOCK_PLUGINS), or detach its migrations with `factstream migrate detach to_device` "
+        "(its tables are kept)."
+    ) in message
+    assert "not migrated" not in message and "run `factstream migrate` first" not in message
+    assert status.returncode == 0, status.stderr
+    assert re.search(r"to_device\s+│\s+to_device_0001\s+│\s+-\s+│\s+blocked by FACTSTREAM_BLOCK_PLUGINS", status.stdout)
 
 
 def test_the_core_never_names_them():
