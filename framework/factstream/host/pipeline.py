@@ -6,6 +6,7 @@ For rows another process wrote (the replication reader hands them over, per stre
     2. rows handlers         plugins react (local=False; register_rows_handlers)
     3. (the reader advances the stream's position)
     4. wake                  /sync long polls of the users the rows concern, then position waiters
+                             (per writer: an advance wakes for the rows of the writer it advanced)
 
 Why this order: a plugin reading a cache inside a rows handler must not read what the rows made stale
 (1 before 2); and anyone who observes the new position (a ``wait_for_stream_position`` caller, a
@@ -86,12 +87,11 @@ class ReaderPipeline:
         must be awaited before the reader may advance."""
         name = stream.name
         plan = self._plans.get(name) or self.plan(name)
+        if plan.synced is not None:  # first: a stage that raises must not lose the wake-up
+            self.router.remember(name, instance, rows)  # type: ignore[union-attr]
         if plan.invalidate:
             self.caches.apply_rows(name, rows)
-        waiting = plan.handlers.deliver(instance, token, rows, False) if plan.handlers is not None else None
-        if plan.synced is not None:
-            self.router.remember(name, rows)  # type: ignore[union-attr]
-        return waiting
+        return plan.handlers.deliver(instance, token, rows, False) if plan.handlers is not None else None
 
     def run(
         self, stream: ReplicatedStream, instance: str, tokens: list[int], rows: list[Any]
@@ -99,12 +99,11 @@ class ReaderPipeline:
         """:meth:`rows` for a run of tokens with one row each, in order: one pass per stage."""
         name = stream.name
         plan = self._plans.get(name) or self.plan(name)
+        if plan.synced is not None:
+            self.router.remember(name, instance, rows)  # type: ignore[union-attr]
         if plan.invalidate:
             self.caches.apply_rows(name, rows)
-        waiting = plan.handlers.run(instance, tokens, rows, False) if plan.handlers is not None else None
-        if plan.synced is not None:
-            self.router.remember(name, rows)  # type: ignore[union-attr]
-        return waiting
+        return plan.handlers.run(instance, tokens, rows, False) if plan.handlers is not None else None
 
     def advanced(self, stream: ReplicatedStream, instance: str, token: int) -> None:
         """Stage 4, after the reader advanced ``stream``: wake the long polls the rows concern."""

@@ -154,15 +154,17 @@ class Notifier:
 
     def watch_rooms(self, user: str, rooms: Iterable[str]) -> None:
         """:meth:`set_user_rooms`, for a request that just read the user's rooms: when a room is new to
-        the index, the user's stream moves to the current token, so that the user's wait reads once
-        more. An event of that room notified before the room was indexed reached nobody; this read
-        covers it (the wait's range never goes below the client's token, so nothing repeats)."""
+        the index, the user's stream moves to the current token and the user's waiting requests are
+        woken, so that every wait of the user reads once more. An event of that room notified before
+        the room was indexed reached nobody; this read covers it (the wait's range never goes below
+        the client's token, so nothing repeats). The request that called this reads again too: its
+        stream moved while its callback ran."""
         new = frozenset(rooms)
         added = not new <= self._user_rooms.get(user, frozenset())
         self.set_user_rooms(user, new)
         stream = self._streams.get(user)
         if added and stream is not None:
-            stream.current_token = self.current_token()
+            self._move(stream, self.current_token())
 
     def forget_user(self, user: str) -> None:
         """Drop ``user``'s room memberships (its waiting requests, if any, keep waiting)."""
@@ -200,16 +202,23 @@ class Notifier:
         current = self.current_token()
         woken = 0
         for stream in targets:
-            stream.current_token = current
-            for future in stream.listeners:
-                if not future.done():
-                    future.set_result(current)
-                    woken += 1
-            stream.listeners.clear()
+            woken += self._move(stream, current)
         if woken:
             WAKEUPS.inc(woken)
             log.debug("stream %s at %s woke %d request(s)", stream_key, token, woken)
         self.expire_idle()
+        return woken
+
+    @staticmethod
+    def _move(stream: _UserStream, current: StreamToken) -> int:
+        """Move ``stream`` to ``current`` and wake its waiting requests; returns how many."""
+        stream.current_token = current
+        woken = 0
+        for future in stream.listeners:
+            if not future.done():
+                future.set_result(current)
+                woken += 1
+        stream.listeners.clear()
         return woken
 
     def _collect(self, user: str, seen: set[str], out: list[_UserStream]) -> None:

@@ -10,6 +10,13 @@ caches, advance positions, wake waiters).
   :meth:`WakeRouter.on_position` after it, which computes the targets and notifies. Streams without
   a ``sync_key`` never reach the router, and targets are only computed while some user has a stream
   in the notifier.
+
+  Rows are remembered per *writer*, and an advance wakes for that writer's rows only. The reader
+  advances one writer at a time (a backlog that holds rows of two writers ends in two advances), and
+  a woken request reads up to the current token, which holds a writer's rows once that writer's
+  position passed them. Rows woken for at another writer's advance, before their own, were read at a
+  token without them; their own advance then woke nobody, and the request slept on past rows it
+  would return until something else woke it (the missed wake-up of docs/sync.md).
 * **Rows written here** never come back through replication: the pipeline's local side hands the
   committed rows, from memory and in this writer's token order, to :meth:`WakeRouter.wake`.
 
@@ -67,23 +74,25 @@ class WakeRouter:
     def __init__(self, notifier: Notifier, synced: Iterable[SyncedStream]) -> None:
         self.notifier = notifier
         self.synced = {s.name: s for s in synced}
-        self._pending: dict[str, list[list[Any]]] = {}
+        #: Per (stream, writer), the rows waiting for that writer's advance.
+        self._pending: dict[tuple[str, str], list[list[Any]]] = {}
 
     # replicated rows: remembered before the advance, woken after it --------------------------------
 
-    def remember(self, stream: str, rows: list[Any]) -> None:
-        """Before the advance: remember the rows (a reference, no work per row)."""
-        pending = self._pending.get(stream)
+    def remember(self, stream: str, instance: str, rows: list[Any]) -> None:
+        """Before the advance: remember ``instance``'s rows (a reference, no work per row)."""
+        key = (stream, instance)
+        pending = self._pending.get(key)
         if pending is None:
-            self._pending[stream] = [rows]
+            self._pending[key] = [rows]
         else:
             pending.append(rows)
 
     def on_position(self, stream: ReplicatedStream, instance: str, token: int) -> None:
-        """After the advance: wake the users the remembered rows concern."""
+        """After ``instance``'s advance: wake the users its remembered rows concern (module docstring)."""
         synced = self.synced.get(stream.name)
         if synced is not None:
-            self.wake(synced, token, self._pending.pop(stream.name, None))
+            self.wake(synced, token, self._pending.pop((stream.name, instance), None))
 
     # both paths ------------------------------------------------------------------------------------
 
