@@ -7,8 +7,9 @@
 * the :class:`~factstream.sync.Notifier` where requests wait, and the
   :class:`~factstream.sync.wakeups.WakeRouter` that wakes them (fed by the host's reader pipeline).
 
-A request (:meth:`SyncService.sync`) goes: parse ``since`` (a malformed token is a
-:class:`~factstream.sync.TokenError`, which the HTTP layer answers with 400); clamp fields from the
+A request (:meth:`SyncService.sync`) goes: parse ``since`` (a malformed token, or one holding a
+value that is no sync position, is a :class:`~factstream.sync.TokenError` naming ``since`` and the
+field, which the HTTP layer answers with 400); clamp fields from the
 future (``bound_future_token``); wait, bounded, until this instance has caught up with the token
 (another instance may have minted it): on timeout answer with nothing and ``since`` as
 ``next_batch``; then ``Notifier.wait_for_events`` with a callback that asks each stream for the
@@ -45,6 +46,7 @@ from factstream.sync import (
     SyncKey,
     SyncKeyKind,
     SyncKeyLayout,
+    TokenError,
     TokenValue,
     bound_future_token,
     current_token_source,
@@ -160,10 +162,19 @@ class SyncService:
     # -- requests ----------------------------------------------------------------------------------
 
     async def parse_token(self, text: str | None) -> StreamToken:
-        """The client's token, or the start token; raises only ``TokenError`` for bad input."""
+        """The client's ``since``, or the start token; raises only ``TokenError`` for bad input, its
+        message naming the parameter and the field (``since: field 2 (room_key): ...``).
+
+        Every field must be a position a stream can be at (see :mod:`factstream.sync.stream_token`):
+        a value that is not (a topological room token, a negative or out-of-range position) is
+        refused here, before anything compares, waits for or advances it.
+        """
         if not text:
             return StreamToken.start(self.layout)
-        return await StreamToken.parse(text, self.layout, self.ids)
+        try:
+            return await StreamToken.parse(text, self.layout, self.ids)
+        except TokenError as exc:
+            raise TokenError(f"since: {exc}") from None
 
     async def sync(
         self,

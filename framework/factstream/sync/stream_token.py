@@ -6,8 +6,15 @@ in :class:`~factstream.sync.layout.SyncKeyLayout` order joined by ``_``:
 * missing trailing fields parse as ``0`` (:meth:`StreamToken.start`): a token minted before a key
   was appended to the layout is still valid and means "nothing seen yet" for the new stream;
 * more fields than the layout has is an error (the token is from another deployment or forged);
-* every field is parsed by its key's kind; a malformed field raises
-  :class:`~factstream.sync.tokens.TokenError` naming the field, and nothing else is ever raised.
+* every field is parsed by its key's kind, strictly: a field holds a *sync position*, spelt as the
+  serialiser spells it (``from_sync_field`` in :mod:`factstream.sync.tokens`: whole numbers from 0
+  to ``2**63 - 1`` without sign or leading zero; an ``m`` form lists known writers by increasing
+  ID, each ahead of the minimum; a room field is ``s`` or ``m``, never a topological ``t``), so
+  that no value a stream could not have reached (negative, beyond ``BIGINT``, a position in one
+  room's history) gets into the sync service; a retired field is only checked for a shape its key
+  once had and thrown away;
+* a malformed field raises :class:`~factstream.sync.tokens.TokenError` naming the field, and
+  nothing else is ever raised.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from factstream.sync.tokens import (
     RoomStreamToken,
     TokenError,
     instance_ids_in,
-    parse_int,
+    parse_position,
     writer_names,
 )
 
@@ -226,16 +233,16 @@ def _parse_field(piece: str | None, key: SyncKey, position: int, name_for: Calla
     if not piece:
         raise TokenError(f"{what}: is empty")
     if key.kind is SyncKeyKind.ROOM:
-        return RoomStreamToken.deserialize(piece, name_for, what=what)
+        return RoomStreamToken.from_sync_field(piece, name_for, what=what)
     if key.kind is SyncKeyKind.MULTI_WRITER:
-        return MultiWriterStreamToken.deserialize(piece, name_for, what=what)
+        return MultiWriterStreamToken.from_sync_field(piece, name_for, what=what)
     if key.kind is SyncKeyKind.INT:
         if piece.startswith("m"):
             # The stream had several writers when this token was minted and has one now: its
             # minimum is a position every writer had reached, so resuming from it skips nothing.
-            return MultiWriterStreamToken.deserialize(piece, lambda _id: str(_id), what=what).stream
-        return parse_int(piece, what)
-    # A retired key: accept whatever form it had, keep nothing.
+            return MultiWriterStreamToken.from_sync_field(piece, name_for, what=what).stream
+        return parse_position(piece, what)
+    # A retired key: accept whatever form it had, keep nothing (the value never reaches a stream).
     if piece[:1] in ("s", "t"):
         RoomStreamToken.deserialize(piece, lambda _id: str(_id), what=what)
     else:

@@ -14,8 +14,22 @@ Invariant: every ``instance_map`` value is *strictly greater* than ``stream`` (`
 otherwise). An entry at or below the minimum says nothing the minimum does not already say; allowing
 it made two spellings of one position possible, and writing such entries is how a real system once
 produced tokens its own parser rejected. The serialiser therefore only ever writes entries above
-``stream`` (and the short form when none remain); the parser tolerates the historic ``m5~`` and
-drops entries at or below the minimum instead of rejecting the token.
+``stream``, by increasing instance ID (and the short form when none remain).
+
+Two parsers, for two kinds of input:
+
+* ``from_sync_field``: a field of a client's /sync token (``StreamToken`` parses with it). It accepts
+  exactly what the serialiser writes for a *sync position*, one spelling per position: every number
+  a whole number from 0 to :data:`MAX_POSITION` in ASCII digits (no sign, no leading zero, no
+  space); an ``m`` token lists at least one and at most :data:`MAX_WRITERS` writers, by strictly
+  increasing instance ID, each known and strictly ahead of the minimum; a room field is ``s`` or
+  ``m``, never ``t`` (a position in one room's history is no position of the stream: nothing can
+  advance or compare it as one). Negative positions are refused: only forward streams are synced
+  (``check_sync_keys``), so none of their positions is below 0. This is the rule the events
+  plugin's own room token parser applies to the live forms, and a test holds the two to it.
+* ``deserialize``: the lenient codec of any value of the class (negative positions of backwards
+  streams, topological room tokens, the historic ``m5~`` and entries at or below the minimum, which
+  it drops). Only a retired sync key's field, whose value is thrown away, is read with it.
 
 Parsing never raises anything but :class:`TokenError`: a client's token is untrusted input and the
 HTTP layer turns a ``TokenError`` into a 400 with its message.
@@ -42,6 +56,8 @@ MAX_WRITERS = 64
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
 _INT = re.compile(r"-?[0-9]{1,19}", re.ASCII)
+#: A position as the serialiser writes it: 0, or up to 19 digits without a leading zero.
+_POSITION = re.compile(r"0|[1-9][0-9]{0,18}", re.ASCII)
 
 
 class TokenError(FactstreamError):
@@ -73,6 +89,28 @@ def parse_int(text: str, what: str) -> int:
     value = int(text)
     if abs(value) > MAX_POSITION:
         raise TokenError(f"{what}: {value} is out of range")
+    return value
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text)} characters)"
+
+
+def parse_position(text: str, what: str) -> int:
+    """``text`` as a position of a sync token, else ``TokenError`` naming ``what``.
+
+    A whole number from 0 to :data:`MAX_POSITION`, spelt as the serialiser spells it: ASCII digits,
+    no sign, no leading zero (``0`` itself is the start), so that a position has one spelling and a
+    value PostgreSQL's ``BIGINT`` cannot hold never gets past the parser.
+    """
+    if not _POSITION.fullmatch(text):
+        raise TokenError(
+            f"{what}: expected an integer of at most 19 digits from 0 to {MAX_POSITION}"
+            f" (no sign, no leading zero), got {_shown(text)}"
+        )
+    value = int(text)
+    if value > MAX_POSITION:
+        raise TokenError(f"{what}: {value} is out of range (at most {MAX_POSITION})")
     return value
 
 
@@ -171,6 +209,44 @@ def _parse_clock(text: str, what: str, name_for: Callable[[int], str]) -> tuple[
     return stream, positions
 
 
+def _parse_sync_clock(text: str, what: str, name_for: Callable[[int], str], short: str) -> tuple[int, dict[str, int]]:
+    """Parse ``m<stream>~<id>.<pos>...`` (``text`` without the ``m``) strictly: see the module docstring.
+
+    ``short`` is the form to write when no writer is ahead (``<stream>`` or ``s<stream>``).
+    """
+    minimum_text, *entries = text.split("~", MAX_WRITERS + 1)
+    stream = parse_position(minimum_text, f"{what}: minimum position")
+    if not entries or entries == [""]:
+        raise TokenError(
+            f"{what}: an 'm' token lists at least one writer ('m<stream>~<id>.<pos>'); with none, write '{short}'"
+        )
+    if len(entries) > MAX_WRITERS:
+        raise TokenError(f"{what}: more than {MAX_WRITERS} writers")
+    positions: dict[str, int] = {}
+    previous = -1
+    for entry in entries:
+        instance_text, dot, pos_text = entry.partition(".")
+        if not dot:
+            raise TokenError(f"{what}: expected '<instance id>.<position>', got {_shown(entry)}")
+        instance_id = parse_position(instance_text, f"{what}: instance id")
+        pos = parse_position(pos_text, f"{what}: position of instance {instance_id}")
+        if instance_id == previous:
+            raise TokenError(f"{what}: instance id {instance_id} appears twice")
+        if instance_id < previous:
+            raise TokenError(f"{what}: instance id {instance_id} after {previous}: writers are listed by increasing id")
+        if pos <= stream:
+            raise TokenError(
+                f"{what}: instance {instance_id} at {pos} is not ahead of the minimum {stream}"
+                " (only writers strictly ahead of it are listed)"
+            )
+        try:
+            positions[name_for(instance_id)] = pos
+        except LookupError:
+            raise TokenError(f"{what}: unknown instance id {instance_id}") from None
+        previous = instance_id
+    return stream, positions
+
+
 def instance_ids_in(text: str) -> list[int]:
     """The instance IDs a token string mentions (empty if it has none or is malformed).
 
@@ -181,7 +257,7 @@ def instance_ids_in(text: str) -> list[int]:
         if part.startswith("m"):
             for piece in part[1:].split("~")[1 : MAX_WRITERS + 1]:
                 head = piece.partition(".")[0]
-                if _INT.fullmatch(head):
+                if _INT.fullmatch(head) and abs(int(head)) <= MAX_POSITION:
                     found[int(head)] = None
     return list(found)
 
@@ -236,7 +312,9 @@ class MultiWriterStreamToken(_VectorClock):
 
     @classmethod
     def deserialize(cls, text: str, name_for: Callable[[int], str], *, what: str = "token") -> Self:
-        """Parse the string form; ``name_for`` maps IDs to names (``LookupError`` if unknown).
+        """Parse the string form leniently (any value of the class; see the module docstring);
+        ``name_for`` maps IDs to names (``LookupError`` if unknown). A client's sync token is read
+        with :meth:`from_sync_field` instead.
 
         Raises ``TokenError`` (and nothing else) for any malformed input; ``what`` names the field
         in the message.
@@ -245,6 +323,15 @@ class MultiWriterStreamToken(_VectorClock):
             stream, positions = _parse_clock(text[1:], what, name_for)
             return cls(stream=stream, instance_map=positions)
         return cls(stream=parse_int(text, what))
+
+    @classmethod
+    def from_sync_field(cls, text: str, name_for: Callable[[int], str], *, what: str = "token") -> Self:
+        """Parse a field of a client's sync token: ``<stream>`` or ``m<stream>~<id>.<pos>...``, strictly
+        (the rule of the module docstring); raises only ``TokenError``, naming ``what``."""
+        if text.startswith("m"):
+            stream, positions = _parse_sync_clock(text[1:], what, name_for, "<stream>")
+            return cls(stream=stream, instance_map=positions)
+        return cls(stream=parse_position(text, what))
 
     async def to_string(self, ids: InstanceIds) -> str:
         """The string form, resolving (and if needed recording) writer IDs through ``ids``."""
@@ -312,7 +399,9 @@ class RoomStreamToken(_VectorClock):
 
     @classmethod
     def deserialize(cls, text: str, name_for: Callable[[int], str], *, what: str = "room token") -> Self:
-        """Parse the string form; raises only ``TokenError``, naming ``what`` in the message."""
+        """Parse the string form leniently (any value of the class, ``t`` included; see the module
+        docstring); raises only ``TokenError``, naming ``what``. A client's sync token is read with
+        :meth:`from_sync_field` instead."""
         head, rest = text[:1], text[1:]
         if head == "s":
             return cls(stream=parse_int(rest, what))
@@ -327,6 +416,27 @@ class RoomStreamToken(_VectorClock):
             return cls(stream=stream, instance_map=positions)
         expected = "'s<stream>', 't<topological>-<stream>' or 'm<stream>~...'"
         raise TokenError(f"{what}: expected {expected}, got {text[:40]!r}")
+
+    @classmethod
+    def from_sync_field(cls, text: str, name_for: Callable[[int], str], *, what: str = "room token") -> Self:
+        """Parse the room field of a client's sync token: ``s<stream>`` or ``m<stream>~<id>.<pos>...``,
+        strictly (the rule of the module docstring); raises only ``TokenError``, naming ``what``.
+
+        A ``t`` token is refused: it is a position in one room's history (``/messages``), not in the
+        stream, and a sync token holding one could be neither compared nor advanced.
+        """
+        head, rest = text[:1], text[1:]
+        if head == "s":
+            return cls(stream=parse_position(rest, what))
+        if head == "m":
+            stream, positions = _parse_sync_clock(rest, what, name_for, "s<stream>")
+            return cls(stream=stream, instance_map=positions)
+        if head == "t":
+            raise TokenError(
+                f"{what}: a topological room token {_shown(text)} is not a sync position;"
+                " give the next_batch of a /sync"
+            )
+        raise TokenError(f"{what}: expected 's<stream>' or 'm<stream>~<id>.<pos>...', got {_shown(text)}")
 
     async def to_string(self, ids: InstanceIds) -> str:
         """The string form, resolving (and if needed recording) writer IDs through ``ids``."""

@@ -25,9 +25,15 @@ Tokens are parsed strictly, so that each token has exactly one spelling and ``st
 negative value is allowed, without a ``+``, leading zeros, ``-0``, whitespace or any other character;
 at most :data:`MAX_TOKEN_LENGTH` characters; each number within PostgreSQL's ``BIGINT`` range. An
 ``m`` token lists at least one and at most :data:`MAX_WRITERS` writers, by strictly increasing
-instance ID, each strictly ahead of the minimum (so it is the core serialiser's exact output: the
-core's own parser also takes ``m5~`` and unsorted or redundant entries, which are other spellings).
+instance ID, each strictly ahead of the minimum (so it is the core serialiser's exact output).
 Anything else raises :class:`TokenError` (a :class:`ValueError`) saying which token and what is wrong.
+
+The live forms (``s``, ``m``) follow the one rule of a room position in a ``/sync`` token
+(docs/sync.md, "Token strings"): the core reads the ``room_key`` field of ``since`` by it too, and a
+test (tests/host/test_sync_token_input.py) checks on generated strings that both accept exactly the
+same live tokens. Only the moment an unknown instance ID is refused differs: the core's parser
+refuses it, this module's in :meth:`RoomToken.positions` (and the routes, ``reads.writer_names``,
+before any read), so that :meth:`RoomToken.parse` needs no database.
 
 Reading a page: ``WHERE room_id = ... AND <pagination_bounds(...)> ORDER BY <order_by(direction)>
 LIMIT n``; the next page starts at :func:`next_token` of the last row returned (no rows: no ``end``).
