@@ -4,6 +4,7 @@ CLI reference has every command the typer app registers and the API reference ev
 from __future__ import annotations
 
 import html
+import os
 import re
 import subprocess
 import sys
@@ -24,9 +25,18 @@ DOCS = ROOT / "docs"
 NOT_PAGES = ("examples/", "gen/")
 
 
+#: Set by .ci/run to the site it has just built from this tree (``mkdocs build --strict``): read, not built again.
+BUILT_SITE_ENV = "FACTSTREAM_DOCS_SITE"
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site, built as CI builds it (``mkdocs build --strict``) into a temporary directory."""
+    """The site, built as CI builds it (``mkdocs build --strict``) into a temporary directory, or the one
+    .ci/run built a moment ago (``FACTSTREAM_DOCS_SITE``)."""
+    built = os.environ.get(BUILT_SITE_ENV)
+    if built:
+        assert (Path(built) / "index.html").is_file(), f"{BUILT_SITE_ENV}={built} holds no built site"
+        return Path(built)
     out = tmp_path_factory.mktemp("site")
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],

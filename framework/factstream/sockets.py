@@ -9,11 +9,15 @@ asyncio sets TCP_NODELAY by itself only on sockets whose ``proto`` is ``IPPROTO_
 with ``socket.socket(family, SOCK_STREAM)`` has ``proto`` 0, and so do the connections it accepts. The
 project therefore sets the option explicitly on each connection (:func:`set_nodelay`) rather than
 relying on how its listening socket happened to be created.
+
+:func:`free_port` lives here too: a port for a server that is configured before it starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import socket
 from typing import Any
 
@@ -57,10 +61,41 @@ def nodelay(target: asyncio.BaseTransport | socket.socket | Any) -> bool:
 #: HTTP port) must not be the same one before either is listened on.
 _handed_out: set[int] = set()
 
+#: ``LOW-HIGH``: the ports :func:`free_port` draws from (both included). The test plugin gives each
+#: pytest-xdist worker a range of its own, so two workers never hand out the same port.
+PORTS_ENV = "FACTSTREAM_PORTS"
+
+
+def port_range(text: str) -> range:
+    """The ports of a ``LOW-HIGH`` text (:data:`PORTS_ENV`); ``ValueError`` saying what is wrong."""
+    low, dash, high = text.partition("-")
+    try:
+        first, last = int(low), int(high)
+    except ValueError:
+        raise ValueError(f"{PORTS_ENV}: expected LOW-HIGH (for example 20000-21999), got {text!r}") from None
+    if not dash or not 1024 <= first <= last <= 65535:
+        raise ValueError(f"{PORTS_ENV}: expected LOW-HIGH with 1024 <= LOW <= HIGH <= 65535, got {text!r}")
+    return range(first, last + 1)
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on (at the time of the call) and that no earlier call
-    in this process returned."""
+    in this process returned.
+
+    From the kernel's ephemeral ports, or, when ``FACTSTREAM_PORTS`` is set, from that range, starting
+    at a random place in it (a child process drawing from its parent's range then rarely meets the
+    ports its parent handed out and has not bound yet).
+    """
+    text = os.environ.get(PORTS_ENV)
+    if text:
+        ports = port_range(text)
+        start = random.randrange(len(ports))
+        for i in range(len(ports)):
+            port = ports[(start + i) % len(ports)]
+            if port not in _handed_out and _bindable(port):
+                _handed_out.add(port)
+                return port
+        raise OSError(f"no free TCP port on 127.0.0.1 in {PORTS_ENV}={text} that was not handed out already")
     for _ in range(1000):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -69,3 +104,12 @@ def free_port() -> int:
             _handed_out.add(port)
             return port
     raise OSError("no free TCP port on 127.0.0.1 that was not handed out already")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

@@ -90,12 +90,19 @@ The tests use `factstream.testing` (a pytest plugin that comes with factstream):
 replicating over TCP, and a PostgreSQL of their own (`FACTSTREAM_TEST_DATABASE_URL` when set, an
 embedded server otherwise).
 
-They need factstream's `testing` extra (pytest, pytest-asyncio and httpx), in the same environment:
+They need factstream's `testing` extra (pytest, pytest-asyncio, httpx and pytest-xdist), in the same
+environment:
 
 ```sh
 uv pip install "factstream[testing]"      # or: pip install "factstream[testing]"
-pytest
+pytest                                    # one test at a time
+pytest -n auto                            # one worker per core
 ```
+
+In parallel, each worker has its own databases (every test makes one), its own TCP ports (`free_port()`
+draws from the worker's range, `FACTSTREAM_PORTS`) and, over Redis, its own channels: the fixtures need
+nothing more from your tests. A test that asserts a time bound is better run alone: mark it, and run
+those after the others (`pytest -n auto -m "not serial"`, then `pytest -m serial`).
 
 ${"##"} What to edit first
 

@@ -74,6 +74,7 @@ def pair(plugin_installer, process_cluster) -> Pair:
     return p
 
 
+@pytest.mark.serial  # asserts a time bound: run alone
 def test_per_key_and_whole_cache_invalidation_reach_the_worker_process_within_a_round_trip(pair):
     pair.ask("main", "set", key="k", value="v1")
     sid = pair.ask("main", "set", key="other", value="o1")["stream_ids"][0]

@@ -79,6 +79,7 @@ def items(response: httpx.Response) -> list[dict[str, Any]]:
     return list(response.json()["streams"].get("inbox", []))
 
 
+@pytest.mark.serial  # asserts a time bound: run alone
 async def test_a_worker_long_poll_wakes_on_a_write_on_main_with_exactly_the_new_rows(cluster):
     auth = {"Authorization": "Bearer alice-token"}
     writer = httpx.AsyncClient(

@@ -50,6 +50,7 @@ async def test_another_users_rows_are_never_returned(inbox_cluster, client):
     assert bodies(everything) == ["a0", "a1", "a2"]
 
 
+@pytest.mark.serial  # asserts a time bound: run alone
 async def test_a_long_poll_wakes_on_a_local_write_with_exactly_the_new_rows(inbox_cluster, client):
     host = await inbox_cluster()
     await post_messages(host, client, ("@alice:hs", "old"))
@@ -87,6 +88,7 @@ async def test_a_write_for_another_user_does_not_answer_the_poll(inbox_cluster, 
     assert again.json()["streams"] == {}
 
 
+@pytest.mark.serial  # asserts a time bound: run alone
 async def test_timeout_zero_answers_at_once(inbox_cluster, client):
     host = await inbox_cluster()
     alice = client(host, "alice-token")

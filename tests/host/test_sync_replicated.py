@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from factstream.testing import until
 from tests.host.conftest import post_messages
 
@@ -14,6 +16,7 @@ def bodies(response) -> list[str]:
     return [item["body"] for item in response.json()["streams"].get("inbox", [])]
 
 
+@pytest.mark.serial  # asserts a time bound: run alone
 async def test_a_worker_long_poll_wakes_on_a_write_on_main_with_exactly_the_new_rows(inbox_cluster, client):
     main = await inbox_cluster("main")
     worker = await inbox_cluster("worker1")
@@ -68,6 +71,7 @@ async def test_tokens_from_one_instance_work_on_the_other_with_two_writers(inbox
     assert sorted(got) == ["m3", "w3"]
 
 
+@pytest.mark.serial  # asserts a time bound: run alone
 async def test_a_token_this_instance_has_not_reached_gets_an_empty_answer_after_a_bounded_wait(inbox_cluster, client):
     main = await inbox_cluster("main")
     worker = await inbox_cluster("worker1", http={"catch_up_timeout_seconds": 0.5})

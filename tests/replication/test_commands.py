@@ -557,7 +557,12 @@ def test_nan_and_infinity_are_refused(value: Any) -> None:
         encode_json(value)
 
 
-@pytest.mark.parametrize("value", [{1, 2}, b"x", object(), [msgspec.Struct], {"a": frozenset()}], ids=repr)
+@pytest.mark.parametrize(
+    "value",
+    [{1, 2}, b"x", object(), [msgspec.Struct], {"a": frozenset()}],
+    # the same ids in every process (pytest-xdist workers must collect the same tests): no address
+    ids=["set", "bytes", "object", "list-of-a-type", "dict-of-frozenset"],
+)
 def test_types_the_json_module_refuses_are_refused_although_msgspec_would_encode_some(value: Any) -> None:
     with pytest.raises(TypeError, match="is not JSON serializable"):
         encode_json(value)

@@ -286,11 +286,12 @@ async def test_without_a_secret_a_synapse_peer_still_interoperates_both_ways(hos
 # -- Redis --------------------------------------------------------------------------------------------
 
 
-async def publish(redis_url: str, *messages: bytes) -> None:
+async def publish(redis_url: str, channel: str, *messages: bytes) -> None:
+    """Publish ``messages`` on a deployment's channel (``host_cluster.deployment``), as an outsider would."""
     client = aioredis.from_url(redis_url)
     try:
         for message in messages:
-            await client.publish("test", message)
+            await client.publish(channel, message)
     finally:
         await client.aclose()
 
@@ -305,6 +306,7 @@ async def test_redis_drops_positions_of_non_writers_and_rows_under_the_receivers
 
     await publish(
         redis_url,
+        host_cluster.deployment,
         b"POSITION notes forger 0 50",
         b'RDATA notes worker1 %d ["eve"]' % FORGED_TOKEN,
         b"POSITION notes main 0 %d" % FORGED_TOKEN,
@@ -327,11 +329,12 @@ async def test_with_a_secret_redis_drops_unsigned_and_misattributed_messages(hos
     await host_cluster.following(worker, "notes")
     first = await append_notes(main, 2)
     await until(lambda: len(received("worker1")) == 2)
-    secret = ReplicationSecret(SECRET, "test")
-    outsider = ReplicationSecret("an outsider's guess at it", "test")
+    secret = ReplicationSecret(SECRET, host_cluster.deployment)
+    outsider = ReplicationSecret("an outsider's guess at it", host_cluster.deployment)
 
     await publish(
         redis_url,
+        host_cluster.deployment,
         b'RDATA notes main %d ["unsigned"]' % FORGED_TOKEN,
         outsider.sign(b'RDATA notes main %d ["outsider"]' % FORGED_TOKEN, b"main"),
         secret.sign(b'RDATA notes main %d ["misattributed"]' % FORGED_TOKEN, b"worker2"),
@@ -349,7 +352,9 @@ async def test_with_a_secret_redis_drops_unsigned_and_misattributed_messages(hos
     # A signed POSITION of a configured writer within the sequence is accepted (processed before the
     # rows that follow it on the stream).
     allocated = await main.id_generator("notes").get_max_allocated_token()
-    await publish(redis_url, secret.sign(b"POSITION notes worker2 0 %d" % allocated, b"worker2"))
+    await publish(
+        redis_url, host_cluster.deployment, secret.sign(b"POSITION notes worker2 0 %d" % allocated, b"worker2")
+    )
     more = await append_notes(main, 1)
     await until(lambda: received("worker1")[-1][2] == more[0])
     assert worker.handler.refused == 1 and worker.transport.unsigned == 4
@@ -365,7 +370,7 @@ async def test_with_a_secret_redis_replicates_as_before_and_ignores_a_publisher_
 
     await until(lambda: [t for _, _, t, _ in received("worker1")] == ids)
     # A publisher without the secret is ignored, whatever it sends.
-    await publish(redis_url, b"REPLICATE ", b'RDATA notes main %d ["eve"]' % FORGED_TOKEN)
+    await publish(redis_url, host_cluster.deployment, b"REPLICATE ", b'RDATA notes main %d ["eve"]' % FORGED_TOKEN)
     # (main drops the RDATA under its own name as its echo, before any check)
     await until(lambda: main.transport.unsigned == 1 and worker.transport.unsigned == 2)
     more = await append_notes(main, 2)

@@ -183,6 +183,7 @@ async def test_wait_for_stream_token_returns_true_once_caught_up(clock, notifier
     await helper
 
 
+@pytest.mark.serial  # asserts a time bound: run alone
 async def test_wait_for_stream_token_gives_up_after_the_timeout_instead_of_hanging(clock, notifier):
     loop = asyncio.get_running_loop()
     started = loop.time()

@@ -12,8 +12,10 @@ real install. Use ``plugin_installer.env()`` to make a subprocess see the same p
 Fixtures:
 
 ``factstream_server_url``  session: URL of the server tests create databases on.
-``fresh_database``         a new empty database (URL); dropped after the test.
-``migrated_database``      a fresh database with every loaded plugin's migrations applied (URL).
+``fresh_database``         a new empty database (URL); dropped after the test, in the background.
+``migrated_database``      a fresh database with every loaded plugin's migrations applied (URL): a copy of a
+                           template database the first migration of that set of migrations left on the
+                           server (``fs_test_template_<hash>``), not an alembic run per test.
 ``database_with``          ``database_with(*projects, sources={name: source}, only_installed=False)``: installs
                            plugins, then migrates ``fresh_database`` for them (URL); a :class:`DatabaseWith`.
 ``redis_url``              session: a Redis URL (skips the test when Redis does not answer; fails it instead
@@ -48,6 +50,11 @@ instead of every installed plugin. Keyword arguments of ``configure`` and of a s
 
 ``host_cluster.client(host, token)`` is an ``httpx.AsyncClient`` of a host's HTTP API (its ASGI app, no socket).
 
+In parallel (``pytest -n auto``, pytest-xdist), each worker has its own temporary directories, its own
+databases, its own TCP ports (``FACTSTREAM_PORTS``, a range per worker that ``free_port()`` draws from and
+processes started by a test inherit) and, over Redis, its own channels (each cluster is a deployment of
+its own). Mark a test that asserts a time bound ``@pytest.mark.serial`` and run those alone afterwards.
+
 Helpers: ``connect(url)``, a psycopg connection to a test database; ``free_port()``;
 ``await until(predicate, timeout=10.0, what="condition")`` polls a function
 (or coroutine function) until it returns something truthy and fails the test naming ``what``;
@@ -56,6 +63,8 @@ Helpers: ``connect(url)``, a psycopg connection to a test database; ``free_port(
 
 from __future__ import annotations
 
+import concurrent.futures
+import hashlib
 import os
 import re
 import shutil
@@ -80,6 +89,7 @@ from factstream.db.embedded import start_embedded, stop_embedded
 from factstream.db.engine import libpq_url
 from factstream.db.metadata import metadata
 from factstream.plugin.manager import PluginHost, PluginSelection, load_plugins
+from factstream.sockets import PORTS_ENV
 from factstream.testing.helpers import free_port, read_json_lines, until, wait_until
 from factstream.testing.hosts import INSTALL_TESTING, HostCluster
 from factstream.testing.processes import FactstreamProcess, ProcessCluster, RedisServer, TcpProxy
@@ -113,6 +123,35 @@ __all__ = [
 TEST_DATABASE_ENV = "FACTSTREAM_TEST_DATABASE_URL"
 TEST_REDIS_ENV = "FACTSTREAM_TEST_REDIS_URL"
 
+#: The ports of pytest-xdist worker ``gwN``: ``PORTS_PER_WORKER`` of them from ``FIRST_WORKER_PORT +
+#: N * PORTS_PER_WORKER``, below the kernel's ephemeral range (32768 and up on Linux), so that neither
+#: another worker nor a connection's local port can take one between ``free_port()`` and the bind.
+FIRST_WORKER_PORT = 10_000
+PORTS_PER_WORKER = 1_500
+
+
+# -- parallel runs -----------------------------------------------------------------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``serial`` marker (a test to run alone: ``pytest -n auto -m "not serial"``, then
+    ``pytest -m serial``), and, under pytest-xdist, give this worker its own ports (``FACTSTREAM_PORTS``,
+    see :func:`worker_ports`): processes the tests start inherit it."""
+    config.addinivalue_line("markers", "serial: asserts a time bound or soaks: run it alone, not beside other tests")
+    ports = worker_ports(os.environ.get("PYTEST_XDIST_WORKER", ""))
+    if ports is not None and PORTS_ENV not in os.environ:
+        os.environ[PORTS_ENV] = ports
+
+
+def worker_ports(worker: str) -> str | None:
+    """``LOW-HIGH``, the ports of the pytest-xdist worker named ``worker`` (``gw0``, ``gw1``, ...); None
+    outside xdist. Fifteen workers get ranges of their own; more wrap around and share."""
+    found = re.fullmatch(r"gw(\d+)", worker)
+    if found is None:
+        return None
+    low = FIRST_WORKER_PORT + (int(found.group(1)) % 15) * PORTS_PER_WORKER
+    return f"{low}-{low + PORTS_PER_WORKER - 1}"
+
 
 # -- databases ---------------------------------------------------------------------------------------
 
@@ -130,9 +169,11 @@ def factstream_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         except psycopg.OperationalError as exc:
             pytest.exit(f"{TEST_DATABASE_ENV}={url} is not reachable: {exc}", returncode=3)
         yield url
+        _DROPS.wait()
         return
     state = tmp_path_factory.mktemp("factstream-state")
     yield start_embedded(state)
+    _DROPS.wait()
     stop_embedded(state)
 
 
@@ -195,12 +236,54 @@ def redis_url() -> str:
 
 @pytest.fixture
 def fresh_database(factstream_server_url: str) -> Iterator[str]:
-    """URL of a new, empty database, dropped after the test."""
+    """URL of a new, empty database, dropped after the test (in the background: see :class:`_Drops`)."""
     url = create_database(factstream_server_url)
     try:
         yield url
     finally:
-        drop_database(url)
+        _DROPS.drop(url)
+
+
+class _Drops:
+    """Test databases being dropped by a background thread, so that a test's teardown does not wait for
+    the server (a drop took up to 2 s on a loaded machine). The server fixture waits for them when the
+    session ends (before an embedded server stops), and ``pytest_sessionfinish`` reports any that failed."""
+
+    def __init__(self) -> None:
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pending: list[tuple[str, concurrent.futures.Future[None]]] = []
+        #: Databases that could not be dropped, with why.
+        self.failed: list[str] = []
+
+    def drop(self, url: str) -> None:
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fs-drop")
+        self._pending.append((url, self._pool.submit(drop_database, url)))
+
+    def wait(self) -> None:
+        """Wait for every drop (the server fixture does, before its server may go); remember failures."""
+        for url, future in self._pending:
+            try:
+                future.result(timeout=120)
+            except Exception as exc:
+                self.failed.append(f"{make_url(url).database}: {exc}")
+        self._pending.clear()
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+
+_DROPS = _Drops()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Wait until every test database is dropped; say which could not be."""
+    _DROPS.wait()
+    failed, _DROPS.failed = _DROPS.failed, []
+    if failed:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"factstream.testing: {len(failed)} test database(s) not dropped: {'; '.join(failed)}")
 
 
 @pytest.fixture
@@ -210,15 +293,77 @@ def migrated_database(fresh_database: str, plugin_host: PluginHost) -> str:
 
 
 def _migrate(url: str, plugins: PluginHost) -> str:
-    """Upgrade every branch of ``plugins`` to its head in the database ``url`` names; return ``url``."""
+    """Upgrade every branch of ``plugins`` to its head in the (new, empty) database ``url`` names; return
+    ``url``.
+
+    Done once per set of migrations: the first time, a database is migrated and kept on the server as a
+    template (``fs_test_template_<hash>``, the hash of every migration file of the set and of alembic's
+    environment, so a changed file makes a new one); after that, ``url``'s database is made again as a
+    copy of the template, which costs a fraction of running alembic (the reference's test suite keeps
+    one prepared database the same way). An advisory lock serialises the building and the copies, so
+    parallel workers on one server share a template. When the database cannot be made again (somebody
+    is connected to it), it is migrated as before.
+    """
     from factstream.migrate import Migrator
 
     migrator = Migrator(url, plugins)
     try:
-        migrator.upgrade()
+        template = f"fs_test_template_{_migrations_hash(migrator.branch_dirs)}"
+        target = make_url(url)
+        admin = libpq_url(target.set(database="postgres").render_as_string(hide_password=False))
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (_TEMPLATE_LOCK,))
+            try:
+                if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (template,)).fetchone() is None:
+                    _build_template(conn, target, template, plugins)
+                try:
+                    conn.execute(f'DROP DATABASE "{target.database}"')
+                except psycopg.errors.ObjectInUse:
+                    migrator.upgrade()  # someone is connected to it: migrate it in place
+                    return url
+                conn.execute(f'CREATE DATABASE "{target.database}" TEMPLATE "{template}"')
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (_TEMPLATE_LOCK,))
     finally:
         migrator.close()
     return url
+
+
+#: The advisory lock key of the template databases (``_migrate``).
+_TEMPLATE_LOCK = 0x66737470  # "fstp"
+
+
+def _migrations_hash(branch_dirs: Mapping[str, Path]) -> str:
+    """A hash of every file of the migration branches (by plugin) and of alembic's environment."""
+    from factstream.resources import migrations_dir
+
+    digest = hashlib.sha256()
+    folders = [("", migrations_dir()), *sorted(branch_dirs.items())]
+    for name, folder in folders:
+        digest.update(f"\0branch {name}\0".encode())
+        files = folder.glob("*") if name == "" else folder.rglob("*")
+        for path in sorted(f for f in files if f.is_file() and "__pycache__" not in f.parts):
+            digest.update(f"\0{path.relative_to(folder).as_posix()}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:20]
+
+
+def _build_template(conn: psycopg.Connection[Any], target: Any, template: str, plugins: PluginHost) -> None:
+    """Migrate a new database and rename it ``template`` (under the caller's lock)."""
+    from factstream.migrate import Migrator
+
+    build = f"fs_test_template_build_{uuid.uuid4().hex[:12]}"
+    conn.execute(f'CREATE DATABASE "{build}"')
+    try:
+        migrator = Migrator(target.set(database=build).render_as_string(hide_password=False), plugins)
+        try:
+            migrator.upgrade()
+        finally:
+            migrator.close()
+        conn.execute(f'ALTER DATABASE "{build}" RENAME TO "{template}"')
+    except BaseException:
+        conn.execute(f'DROP DATABASE IF EXISTS "{build}" WITH (FORCE)')
+        raise
 
 
 # -- plugins -----------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ Mappings are merged key by key (``http={"port": 8080}`` at a start keeps the ``h
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,7 +64,7 @@ class HostCluster:
         redis_url: str | Callable[[], str] | None = None,
         plugin_host: PluginSource | None = None,
         transport: str = "tcp",
-        deployment: str = "test",
+        deployment: str | None = None,
         instances: Sequence[str] = DEFAULT_INSTANCES,
     ) -> None:
         self.state_dir = state_dir
@@ -77,6 +78,9 @@ class HostCluster:
         self._plugin_host = plugin_host
         self._transport = "tcp"
         self._deployment = deployment
+        #: The Redis channel when no deployment was named: the cluster's own, so that clusters of
+        #: parallel test runs (pytest-xdist workers) on one Redis never hear each other.
+        self._channel = f"test-{uuid.uuid4().hex[:8]}"
         self._instances: tuple[str, ...] = ()
         self._defaults: dict[str, Any] = {}
         self._clients: list[httpx.AsyncClient] = []
@@ -98,7 +102,8 @@ class HostCluster:
 
         ``database``: the URL of an already migrated database to use instead of the fixture's.
         ``plugin_host``: see the class. ``transport``: ``"tcp"`` (default) or ``"redis"``.
-        ``deployment``: the server name (and Redis channel), ``"test"`` by default. ``instances``: the
+        ``deployment``: the server name (and Redis channel): ``"test"`` by default over TCP, a name of
+        the cluster's own over Redis. ``instances``: the
         names of the ``instance_map``, main first. ``config``: configuration defaults of every host
         (``stream_writers={...}``, ``http={...}``, ``plugins={...}``...), merged into those given before.
         """
@@ -148,12 +153,19 @@ class HostCluster:
             return load_plugins()
         return self._plugin_host if isinstance(self._plugin_host, PluginHost) else self._plugin_host()
 
+    @property
+    def deployment(self) -> str:
+        """The deployment name: the one configured, else ``"test"`` over TCP and the cluster's own over Redis."""
+        if self._deployment is not None:
+            return self._deployment
+        return self._channel if self._transport == "redis" else "test"
+
     def config(self, name: str = "main", **overrides: Any) -> dict[str, Any]:
         """The configuration (a mapping, as in a YAML file) host ``name`` would start with."""
         endpoints: dict[str, dict[str, Any]] = {n: {"host": "127.0.0.1"} for n in self._instances}
         endpoints[self._instances[0]]["replication_port"] = self.main_port
         base: dict[str, Any] = {
-            "deployment": self._deployment,
+            "deployment": self.deployment,
             "instance_name": name,
             "state_dir": str(self.state_dir),
             "database": {"url": self.database_url},

@@ -150,6 +150,7 @@ def in_order_once(recorded: list[tuple[str, int]], expected: list[tuple[str, int
     return problems
 
 
+@pytest.mark.serial  # asserts a time bound: run alone
 def test_changes_and_messages_written_while_the_worker_is_cut_off_all_arrive_in_order_once(deployment):
     d = deployment
     for name in ("main", "worker1"):

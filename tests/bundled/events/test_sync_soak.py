@@ -57,7 +57,7 @@ from factstream.db.engine import libpq_url
 from factstream.testing import ProcessCluster, free_port, wait_until
 from tests.bundled.events.soak_oracle import EVENTS_SQL, Expectation, StoredEvent, replay, stored_events
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # a timing-sensitive soak: run alone
 
 LIMIT = 100
 ROOM_FILTER = json.dumps({"room": {"timeline": {"limit": LIMIT}, "include_leave": True}})
