@@ -94,7 +94,6 @@ def stopped(proc: psutil.Process) -> bool:
         return True
 
 
-@pytest.mark.serial  # the signal must land while initdb runs: run alone
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_an_interrupted_initialisation_leaves_nothing_that_breaks_the_next_start(state, sig):
     first = User(state)

@@ -13,8 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from factstream.testing import wait_until
 
 SLOW_IMPORT = """
@@ -32,7 +30,6 @@ sys.meta_path.insert(0, SlowSqlalchemy())
 """
 
 
-@pytest.mark.serial  # its plain start-up has 30 s: run alone, not beside Spark's JVMs
 def test_ctrl_c_during_the_imports_exits_130_without_a_traceback(tmp_path: Path) -> None:
     marker = tmp_path / "importing"
     site = tmp_path / "site"

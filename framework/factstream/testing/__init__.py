@@ -68,6 +68,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -135,9 +136,14 @@ PORTS_PER_WORKER = 1_500
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the ``serial`` marker (a test to run alone: ``pytest -n auto -m "not serial"``, then
-    ``pytest -m serial``), and, under pytest-xdist, give this worker its own ports (``FACTSTREAM_PORTS``,
-    see :func:`worker_ports`): processes the tests start inherit it."""
+    ``pytest -m serial``); under pytest-xdist, give this worker its own ports (``FACTSTREAM_PORTS``, see
+    :func:`worker_ports`): processes the tests start inherit it; and let SIGINT reach processes tests start."""
     config.addinivalue_line("markers", "serial: asserts a time bound or soaks: run it alone, not beside other tests")
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Started as a background job (a CI script's `cmd &`): SIGINT is ignored, and every process a test
+        # starts would inherit that, so a test's Ctrl-C (SIGINT to its child) would do nothing. Ctrl-C
+        # behaves as from a terminal instead: here, and in the children (a handler resets on exec).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     ports = worker_ports(os.environ.get("PYTEST_XDIST_WORKER", ""))
     if ports is not None and PORTS_ENV not in os.environ:
         os.environ[PORTS_ENV] = ports
