@@ -332,10 +332,7 @@ class Notifier:
         self._closed = True
         self._wake_token_waiters()
         for stream in self._streams.values():
-            for future in stream.listeners:
-                if not future.done():
-                    future.set_result(stream.current_token)
-            stream.listeners.clear()
+            self._move(stream, stream.current_token)
 
     @property
     def closed(self) -> bool:

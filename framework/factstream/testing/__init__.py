@@ -201,10 +201,13 @@ def connect(url: str) -> psycopg.Connection[tuple[Any, ...]]:
 
 def drop_database(url: str) -> None:
     """Drop the database ``url`` names, disconnecting anyone still using it."""
-    parsed = make_url(url)
-    admin = parsed.set(database="postgres").render_as_string(hide_password=False)
-    with psycopg.connect(libpq_url(admin), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{parsed.database}" WITH (FORCE)')
+    with psycopg.connect(_admin_url(url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
+
+
+def _admin_url(url: str) -> str:
+    """The libpq URL of the database ``postgres`` on the server of ``url``: where databases are made and dropped."""
+    return libpq_url(make_url(url).set(database="postgres").render_as_string(hide_password=False))
 
 
 def _services_required() -> bool:
@@ -316,8 +319,7 @@ def _migrate(url: str, plugins: PluginHost) -> str:
     try:
         template = f"fs_test_template_{_migrations_hash(migrator.branch_dirs)}"
         target = make_url(url)
-        admin = libpq_url(target.set(database="postgres").render_as_string(hide_password=False))
-        with psycopg.connect(admin, autocommit=True) as conn:
+        with psycopg.connect(_admin_url(url), autocommit=True) as conn:
             conn.execute("SELECT pg_advisory_lock(%s)", (_TEMPLATE_LOCK,))
             try:
                 if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (template,)).fetchone() is None:
