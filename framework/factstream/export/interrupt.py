@@ -6,7 +6,13 @@ running (parent PID 1) for minutes. An interrupted call into the JVM also made p
 of tracebacks. Here SIGTERM is turned into the same ``KeyboardInterrupt`` as Ctrl-C, py4j's logging is
 kept quiet, and on the way out the session is stopped (``spark.stop()``, given a few seconds) and the
 JVM and what it started are killed if they still run. The caller (the CLI) then prints one line,
-``interrupted``, and exits 130. The checkpoints are not touched here: an interrupted range is either
+``interrupted``, and exits 130.
+
+Once a signal has arrived, the export ends as interrupted whatever exception comes out: the
+``KeyboardInterrupt`` can land in the middle of a py4j call, and a JVM call made on the way out on that
+thread's connection (PySpark's own ``SCCallSiteSync.__exit__`` makes one) then fails with
+``Py4JNetworkError`` ("Answer from Java side is empty"), which would replace it and read as a failed
+run and an internal error. The checkpoints are not touched here: an interrupted range is either
 uncommitted (removed by the next run) or committed before its checkpoint moved (adopted by it).
 """
 
@@ -94,8 +100,19 @@ def kill_spark_processes() -> list[int]:
     return [p.pid for p in spark]
 
 
+#: Set by the handler when SIGINT or SIGTERM reaches an export (cleared as :func:`spark_stopped_on_exit` begins).
+_signalled = threading.Event()
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
+    _signalled.set()
     raise KeyboardInterrupt
+
+
+def signalled() -> bool:
+    """Whether the export was interrupted by a signal: an exception after it is its consequence, not a
+    failure of its own (module docstring)."""
+    return _signalled.is_set()
 
 
 class _Py4jRecords(logging.Filter):
@@ -118,11 +135,17 @@ def spark_stopped_on_exit() -> Iterator[SparkSessions]:
     logging.getLogger().addFilter(root_filter)
     sigint = signal.getsignal(signal.SIGINT) if in_main else None
     interrupted = False
+    _signalled.clear()
     try:
         yield sessions
     except KeyboardInterrupt:
         interrupted = True
         raise
+    except BaseException:
+        if not _signalled.is_set():
+            raise
+        interrupted = True
+        raise KeyboardInterrupt from None
     finally:
         if in_main:  # a second Ctrl-C must not cut the cleaning up short
             signal.signal(signal.SIGINT, signal.SIG_IGN)

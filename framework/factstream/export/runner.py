@@ -19,14 +19,16 @@ leaves a prefix, which a rerun adopts), then everything up to the watermark is e
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from factstream.export import checkpoints, direct, runs
+from factstream.export.interrupt import signalled
 from factstream.export.output import JobOutput
 from factstream.export.plan import ExportError, StreamPlan, job_plans, plans_for
 from factstream.export.read import connect
@@ -119,7 +121,8 @@ class ExportRunner:
             try:
                 result = self._run_locked(conn, job, plan, full=full, started=started)
             except Exception as exc:
-                runs.record(conn, runs.failed(conn, job.name, job.stream, time.monotonic() - started, exc))
+                if not signalled():  # an interrupted run is not a failed one (it records nothing)
+                    runs.record(conn, runs.failed(conn, job.name, job.stream, time.monotonic() - started, exc))
                 raise
             runs.record(conn, result.as_run())
         return result
@@ -221,20 +224,8 @@ class ExportRunner:
         writer = df.write.format(job.format).mode("errorifexists")
         if job.partition_by:
             writer = writer.partitionBy(*job.partition_by)
-        group = f"factstream-export-{job.name}-{start}-{upto}"
-        self.spark.sparkContext.setJobGroup(group, f"export {job.name} ({start}, {upto}]")
-        watcher = _TaskWatcher(self.spark, group, job.name, self.progress) if self.progress else None
-        try:
+        with self._writing(job, start, upto):
             writer.save(staging)
-        except Exception as exc:
-            raise ExportError(
-                f"export job {job.name!r}: writing range ({start}, {upto}] failed: {type(exc).__name__}: "
-                f"{_short(exc)}; the checkpoint was not moved"
-            ) from None
-        finally:
-            if watcher is not None:
-                watcher.stop()
-            self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
         path = out.commit(staging, start, upto)
         return int(observation.get.get("rows", 0)), path
 
@@ -242,21 +233,35 @@ class ExportRunner:
         self, job: ExportJobSpec, out: JobOutput, staging: str, start: int, upto: int, tasks: int
     ) -> tuple[int, str]:
         """The same range written by the workers with pyarrow (see :mod:`factstream.export.direct`)."""
+        with self._writing(job, start, upto):
+            rows = direct.write_range(self.spark, self.url, self.plan(job), staging, start, upto, tasks)
+        return rows, out.commit(staging, start, upto)
+
+    @contextlib.contextmanager
+    def _writing(self, job: ExportJobSpec, start: int, upto: int) -> Iterator[None]:
+        """Writing range ``(start, upto]`` as one Spark job group, its tasks reported as progress; a
+        failure becomes an :class:`ExportError`. After an interruption the JVM is not called again: the
+        interrupted call may have left this thread's py4j connection in the middle of a command, and the
+        session is stopped on the way out (:mod:`factstream.export.interrupt`)."""
         group = f"factstream-export-{job.name}-{start}-{upto}"
         self.spark.sparkContext.setJobGroup(group, f"export {job.name} ({start}, {upto}]")
         watcher = _TaskWatcher(self.spark, group, job.name, self.progress) if self.progress else None
         try:
-            rows = direct.write_range(self.spark, self.url, self.plan(job), staging, start, upto, tasks)
-        except Exception as exc:
+            yield
+        except BaseException as exc:
+            if watcher is not None:
+                watcher.stop()
+            if not isinstance(exc, Exception) or signalled():
+                raise
+            with contextlib.suppress(Exception):
+                self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
             raise ExportError(
                 f"export job {job.name!r}: writing range ({start}, {upto}] failed: {type(exc).__name__}: "
                 f"{_short(exc)}; the checkpoint was not moved"
             ) from None
-        finally:
-            if watcher is not None:
-                watcher.stop()
-            self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-        return rows, out.commit(staging, start, upto)
+        if watcher is not None:
+            watcher.stop()
+        self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
 
 
 class _TaskWatcher:
