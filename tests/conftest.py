@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -83,3 +87,83 @@ def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``factstream ARGS`` in this process, as :func:`run_cli` runs it in a subprocess: the same entry
+    point (``factstream.cli.main``), environment (``env``, default ``os.environ``, with ``COLUMNS=200`` and
+    ``NO_COLOR``) and working directory (default: an empty temporary directory); the same result (exit
+    code, stdout, stderr). For what is not about the process: help texts, usage and config errors,
+    ``tokens``, ``migrate``. Exit codes at a signal, environment inheritance and ``run`` keep
+    :func:`run_cli`. Plugins the test installed (``plugin_installer``) are seen, as they are in-process."""
+
+    def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        environ = dict(env if env is not None else os.environ)
+        if environ.get("COLUMNS") == os.environ.get("COLUMNS"):
+            environ["COLUMNS"] = "200"
+        environ["NO_COLOR"] = "1"
+        stdout, stderr = io.StringIO(), io.StringIO()
+        with _cli_invocation(environ, cwd or tmp_path, stdout, stderr) as main:
+            code = 0
+            try:
+                main(list(args))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                if isinstance(exc.code, str):
+                    stderr.write(exc.code + "\n")
+        return subprocess.CompletedProcess(["factstream", *args], code, stdout.getvalue(), stderr.getvalue())
+
+    return run
+
+
+@contextlib.contextmanager
+def _cli_invocation(
+    environ: dict[str, str], cwd: Path, stdout: io.StringIO, stderr: io.StringIO
+) -> Iterator[Callable[[list[str]], None]]:
+    """One CLI invocation's process-wide state set up and put back: the environment, the working
+    directory, sys.stdout/sys.stderr, the CLI's consoles' width, its per-invocation state and the
+    plugin commands it adds to its app, and the logging it configures."""
+    from factstream import cli as cli_module
+
+    app = cli_module.app
+    commands, groups = list(app.registered_commands), list(app.registered_groups)
+    widths = cli_module.out._width, cli_module.err._width  # None: Rich measures the terminal each time
+    loggers = _logging_state()
+    width = int(environ["COLUMNS"]) if environ.get("COLUMNS", "").isdigit() else 200
+    cli_module.state = cli_module.State()
+    cli_module.out.width = cli_module.err.width = width
+    try:
+        with (
+            mock.patch.dict(os.environ, environ, clear=True),
+            contextlib.chdir(cwd),
+            contextlib.redirect_stdout(stdout),
+            contextlib.redirect_stderr(stderr),
+        ):
+            yield cli_module.main
+    finally:
+        cli_module.state = cli_module.State()
+        app.registered_commands[:], app.registered_groups[:] = commands, groups
+        cli_module.out._width, cli_module.err._width = widths
+        _restore_logging(loggers)
+
+
+def _logging_state() -> dict[str, tuple[list[logging.Handler], int, bool]]:
+    """Every logger's handlers, level and ``propagate`` (the root's under ``""``)."""
+    named = [logging.getLogger(n) for n in list(logging.Logger.manager.loggerDict)]
+    return {
+        logger.name if logger is not logging.root else "": (list(logger.handlers), logger.level, logger.propagate)
+        for logger in [logging.root, *named]
+        if isinstance(logger, logging.Logger)
+    }
+
+
+def _restore_logging(saved: dict[str, tuple[list[logging.Handler], int, bool]]) -> None:
+    """Put back what :func:`_logging_state` saw; loggers created since lose what was added to them."""
+    for name, now in _logging_state().items():
+        handlers, level, propagate = saved.get(name, ([], logging.NOTSET, True))
+        logger = logging.getLogger(name or None)
+        if (now[0], now[1], now[2]) != (handlers, level, propagate):
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate

@@ -7,32 +7,32 @@ import re
 from tests.core.test_plugins import NOTES_DUPLICATE
 
 
-def test_plugins_lists_installed_plugins_with_version_streams_and_branch(plugin_installer, notes_project, run_cli):
+def test_plugins_lists_installed_plugins_with_version_streams_and_branch(plugin_installer, notes_project, cli):
     plugin_installer.from_project(notes_project)
 
-    result = run_cli("plugins", env=plugin_installer.env())
+    result = cli("plugins", env=plugin_installer.env())
 
     assert result.returncode == 0, result.stderr
     assert re.search(r"factstream \(core\)\s+│\s+[\d.]+\s+│.*│\s+-\s+│\s+factstream", result.stdout)
     assert re.search(r"notes\s+│\s+0\.3\.1\s+│\s+factstream_notes\s+│\s+notes\s+│\s+notes", result.stdout)
 
 
-def test_blocking_a_plugin_through_the_environment_hides_it(plugin_installer, notes_project, run_cli):
+def test_blocking_a_plugin_through_the_environment_hides_it(plugin_installer, notes_project, cli):
     plugin_installer.from_project(notes_project)
     env = dict(plugin_installer.env(), FACTSTREAM_BLOCK_PLUGINS="notes")
 
-    result = run_cli("plugins", env=env)
+    result = cli("plugins", env=env)
 
     assert result.returncode == 0, result.stderr
     assert "factstream_notes" not in result.stdout
     assert "factstream (core)" in result.stdout
 
 
-def test_duplicate_stream_fails_at_startup_naming_both_plugins(plugin_installer, notes_project, run_cli):
+def test_duplicate_stream_fails_at_startup_naming_both_plugins(plugin_installer, notes_project, cli):
     plugin_installer.from_project(notes_project)
     plugin_installer.from_source("copycat", NOTES_DUPLICATE)
 
-    result = run_cli("plugins", env=plugin_installer.env())
+    result = cli("plugins", env=plugin_installer.env())
 
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
@@ -41,7 +41,7 @@ def test_duplicate_stream_fails_at_startup_naming_both_plugins(plugin_installer,
     )
 
 
-def test_plugins_add_commands_to_the_cli(plugin_installer, run_cli):
+def test_plugins_add_commands_to_the_cli(plugin_installer, cli):
     plugin_installer.from_source(
         "greeter",
         """
@@ -66,13 +66,13 @@ def test_plugins_add_commands_to_the_cli(plugin_installer, run_cli):
     )
     env = plugin_installer.env()
 
-    helped = run_cli("--help", env=env)
+    helped = cli("--help", env=env)
     assert "Say hello." in helped.stdout and "Greeter tools." in helped.stdout
-    assert run_cli("hello", "--name", "ada", env=env).stdout.strip() == "hello ada"
-    assert run_cli("tools", "count", "3", env=env).stdout.strip() == "[0, 1, 2]"
+    assert cli("hello", "--name", "ada", env=env).stdout.strip() == "hello ada"
+    assert cli("tools", "count", "3", env=env).stdout.strip() == "[0, 1, 2]"
 
 
-def test_plugin_command_shadowing_a_builtin_is_rejected(plugin_installer, run_cli):
+def test_plugin_command_shadowing_a_builtin_is_rejected(plugin_installer, cli):
     plugin_installer.from_source(
         "shadow",
         """
@@ -85,18 +85,18 @@ def test_plugin_command_shadowing_a_builtin_is_rejected(plugin_installer, run_cl
         """,
     )
 
-    result = run_cli("plugins", env=plugin_installer.env())
+    result = cli("plugins", env=plugin_installer.env())
 
     assert result.returncode == 2
     assert "plugin 'shadow' registers command 'migrate', which is built in" in result.stderr
 
 
-def test_help_lists_every_builtin_command(run_cli):
-    result = run_cli("--help")
+def test_help_lists_every_builtin_command(cli):
+    result = cli("--help")
 
     assert result.returncode == 0
     for command in ("plugins", "migrate", "demo"):
         assert re.search(rf"│ {command}\s", result.stdout), command
-    migrate_help = run_cli("migrate", "--help").stdout
+    migrate_help = cli("migrate", "--help").stdout
     for sub in ("status", "down", "new", "detach"):
         assert re.search(rf"│ {sub}\s", migrate_help), sub

@@ -59,16 +59,14 @@ def test_plain_type_names_what_typer_shows_as_python_types():
     ]
 
 
-def test_migrate_after_the_command_names_the_database_and_shows_one_line_per_revision(
-    run_cli, fresh_database, tmp_path
-):
+def test_migrate_after_the_command_names_the_database_and_shows_one_line_per_revision(cli, fresh_database, tmp_path):
     secret_url = fresh_database.replace("postgresql://postgres@", "postgresql://postgres:s3cret@")
     config = tmp_path / "x.yaml"
     config.write_text(f"database:\n  url: {secret_url}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FACTSTREAM_DATABASE")}
     name = fresh_database.rsplit("/", 1)[1]
 
-    result = run_cli("migrate", "-c", str(config), env=env)
+    result = cli("migrate", "-c", str(config), env=env)
 
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
@@ -83,7 +81,7 @@ def test_migrate_after_the_command_names_the_database_and_shows_one_line_per_rev
     assert "s3cret" not in result.stdout + result.stderr
     assert "Context impl" not in result.stderr and "transactional DDL" not in result.stderr
 
-    verbose = run_cli("migrate", "status", "-v", "--config", str(config), env=env)
+    verbose = cli("migrate", "status", "-v", "--config", str(config), env=env)
     assert verbose.returncode == 0, verbose.stderr
     assert "status of database" in verbose.stderr and "INFO" in verbose.stderr
 
@@ -162,11 +160,11 @@ def test_a_missing_database_or_role_fails_at_once_with_the_fix(factstream_server
         assert "pw" not in str(info.value).replace("password", "")
 
 
-def test_the_cli_shows_a_missing_database_with_createdb(run_cli, factstream_server_url):
+def test_the_cli_shows_a_missing_database_with_createdb(cli, factstream_server_url):
     url = factstream_server_url.rsplit("/", 1)[0] + "/no_such_db_here"
     env = dict(os.environ, FACTSTREAM_DATABASE__URL=url, FACTSTREAM_DATABASE__CONNECT_TIMEOUT="60")
 
-    result = run_cli("migrate", "status", env=env)
+    result = cli("migrate", "status", env=env)
 
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
@@ -176,11 +174,11 @@ def test_the_cli_shows_a_missing_database_with_createdb(run_cli, factstream_serv
 # -- paths, help, names --------------------------------------------------------------------------------
 
 
-def test_new_stream_takes_a_49_character_name_and_prints_a_long_path_whole_on_a_narrow_terminal(run_cli, tmp_path):
+def test_new_stream_takes_a_49_character_name_and_prints_a_long_path_whole_on_a_narrow_terminal(cli, tmp_path):
     name = "a" * MAX_NAME_LENGTH
     target = tmp_path / ("a-rather-long-directory-name-" * 3) / "plugin"
 
-    result = run_cli("new-stream", name, str(target), env=dict(os.environ, COLUMNS="40"))
+    result = cli("new-stream", name, str(target), env=dict(os.environ, COLUMNS="40"))
 
     assert result.returncode == 0, result.stderr
     shown = target.relative_to(tmp_path)  # printed relative to the working directory

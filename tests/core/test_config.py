@@ -112,10 +112,10 @@ def test_top_level_must_be_a_mapping(tmp_path):
         load_config(write(tmp_path, "- a\n- b\n"), environ={})
 
 
-def test_malformed_config_file_gives_one_paragraph_and_exit_2(tmp_path, run_cli):
+def test_malformed_config_file_gives_one_paragraph_and_exit_2(tmp_path, cli):
     write(tmp_path, "instance_map:\n  main: {http_port: [1, 2}\n")
 
-    result = run_cli("migrate", "status")
+    result = cli("migrate", "status")
 
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
@@ -123,8 +123,8 @@ def test_malformed_config_file_gives_one_paragraph_and_exit_2(tmp_path, run_cli)
     assert "is not valid YAML at line 2" in result.stderr
 
 
-def test_missing_config_file_fails_every_command(run_cli):
-    result = run_cli("--config", "nope.yaml", "plugins")
+def test_missing_config_file_fails_every_command(cli):
+    result = cli("--config", "nope.yaml", "plugins")
 
     assert result.returncode == 2
     assert "config file 'nope.yaml' does not exist" in result.stderr

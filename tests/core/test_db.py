@@ -48,14 +48,14 @@ def test_unreachable_database_is_one_clear_error():
     assert "\n" not in message
 
 
-def test_unreachable_database_in_the_cli_exits_2_without_traceback(run_cli):
+def test_unreachable_database_in_the_cli_exits_2_without_traceback(cli):
     env = dict(
         os.environ,
         FACTSTREAM_DATABASE__URL=f"postgresql://postgres@127.0.0.1:{free_port()}/facts",
         FACTSTREAM_DATABASE__CONNECT_TIMEOUT="1",
     )
 
-    result = run_cli("migrate", env=env)
+    result = cli("migrate", env=env)
 
     assert result.returncode == 2
     assert "Traceback" not in result.stderr

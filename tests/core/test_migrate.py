@@ -221,52 +221,52 @@ def test_detach_forgets_the_plugin_keeps_its_tables_and_the_core_revision(
     assert "notes" in tables(fresh_database)
 
 
-def test_cli_migrate_status_down_and_new(plugin_installer, notes, fresh_database, run_cli):
+def test_cli_migrate_status_down_and_new(plugin_installer, notes, fresh_database, cli):
     env = dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database)
 
-    up = run_cli("migrate", env=env)
+    up = cli("migrate", env=env)
     assert up.returncode == 0, up.stderr
     assert re.search(r"notes\s+│\s+notes_0001\s+│\s+notes_0001\s+│\s+up to date", up.stdout)
 
-    down = run_cli("migrate", "down", "--plugin", "notes", "--yes", env=env)
+    down = cli("migrate", "down", "--plugin", "notes", "--yes", env=env)
     assert down.returncode == 0, down.stderr
     assert re.search(r"notes\s+│\s+-\s+│\s+notes_0001\s+│\s+needs upgrade", down.stdout)
     assert re.search(r"factstream\s+│\s+fs_core_0005\s+│\s+fs_core_0005\s+│\s+up to date", down.stdout)
 
-    new = run_cli("migrate", "new", "--plugin", "notes", "-m", "add index", env=dict(env, COLUMNS="40"))
+    new = cli("migrate", "new", "--plugin", "notes", "-m", "add index", env=dict(env, COLUMNS="40"))
     assert new.returncode == 0, new.stderr
     created = Path(re.search(r"^created (\S+\.py)$", new.stdout, re.MULTILINE).group(1))  # one line at 40 columns
     assert created.parent == notes.package_dir / "migrations"
 
-    status_run = run_cli("migrate", "status", env=env)
+    status_run = cli("migrate", "status", env=env)
     assert re.search(r"notes\s+│\s+-\s+│\s+\w+\s+│\s+needs upgrade", status_run.stdout)
 
 
-def test_cli_reports_an_uninstalled_plugin_and_detaches_it(plugin_installer, notes, migrator, fresh_database, run_cli):
+def test_cli_reports_an_uninstalled_plugin_and_detaches_it(plugin_installer, notes, migrator, fresh_database, cli):
     migrator.upgrade()
     plugin_installer.uninstall(notes)
     env = dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database)
 
-    failed = run_cli("migrate", env=env)
+    failed = cli("migrate", env=env)
     assert failed.returncode == 2
     assert "Traceback" not in failed.stderr
     assert "belongs to plugin 'notes', which is not installed" in " ".join(failed.stderr.split())
 
-    detached = run_cli("migrate", "detach", "notes", env=env)
+    detached = cli("migrate", "detach", "notes", env=env)
     assert detached.returncode == 0, detached.stderr
-    assert run_cli("migrate", env=env).returncode == 0
+    assert cli("migrate", env=env).returncode == 0
 
 
 def test_blocking_a_migrated_plugin_shows_it_blocked_and_migrate_refuses_saying_unblock_or_detach(
-    notes, migrator, fresh_database, run_cli, plugin_installer
+    notes, migrator, fresh_database, cli, plugin_installer
 ):
     migrator.upgrade()
     env = dict(
         plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database, FACTSTREAM_BLOCK_PLUGINS=blocking("notes")
     )
 
-    status_run = run_cli("migrate", "status", env=env)
-    refused = run_cli("migrate", env=env)
+    status_run = cli("migrate", "status", env=env)
+    refused = cli("migrate", env=env)
 
     assert status_run.returncode == 0, status_run.stderr
     assert re.search(r"notes\s+│\s+notes_0001\s+│\s+-\s+│\s+blocked by FACTSTREAM_BLOCK_PLUGINS", status_run.stdout)
@@ -279,13 +279,13 @@ def test_blocking_a_migrated_plugin_shows_it_blocked_and_migrate_refuses_saying_
 
 
 def test_a_plugin_left_out_by_load_plugins_is_reported_as_such_and_not_as_uninstalled(
-    notes, migrator, fresh_database, run_cli, plugin_installer
+    notes, migrator, fresh_database, cli, plugin_installer
 ):
     migrator.upgrade()
     env = dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database, FACTSTREAM_LOAD_PLUGINS="")
 
-    status_run = run_cli("migrate", "status", env=env)
-    refused = run_cli("migrate", env=env)
+    status_run = cli("migrate", "status", env=env)
+    refused = cli("migrate", env=env)
 
     assert re.search(r"notes\s+│\s+notes_0001\s+│\s+-\s+│\s+not named in FACTSTREAM_LOAD_PLUGINS", status_run.stdout)
     assert refused.returncode == 2
@@ -386,7 +386,7 @@ def test_generated_revision_passes_the_linters(migrator):
         assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_failing_revision_is_a_migration_error_and_applies_nothing(plugin_installer, fresh_database, run_cli):
+def test_failing_revision_is_a_migration_error_and_applies_nothing(plugin_installer, fresh_database, cli):
     plugin_installer.from_source(
         "faulty",
         """
@@ -417,7 +417,7 @@ def test_failing_revision_is_a_migration_error_and_applies_nothing(plugin_instal
         },
     )
 
-    result = run_cli("migrate", env=dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database))
+    result = cli("migrate", env=dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database))
 
     assert result.returncode == 2
     assert "Traceback" not in result.stderr

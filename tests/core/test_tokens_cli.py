@@ -30,8 +30,8 @@ def rows(url: str) -> list[tuple[object, ...]]:
         ).fetchall()
 
 
-def test_create_prints_the_token_once_and_stores_only_its_hash(run_cli, env):
-    created = run_cli("tokens", "create", "@alice:example.org", env=env)
+def test_create_prints_the_token_once_and_stores_only_its_hash(cli, env):
+    created = cli("tokens", "create", "@alice:example.org", env=env)
 
     assert created.returncode == 0, created.stderr
     token = created.stdout.strip()
@@ -44,7 +44,7 @@ def test_create_prints_the_token_once_and_stores_only_its_hash(run_cli, env):
     assert token not in repr(row)
     assert row[1:3] == ("@alice:example.org", False)
 
-    listed = run_cli("tokens", "list", env=env)
+    listed = cli("tokens", "list", env=env)
     assert listed.returncode == 0, listed.stderr
     assert token not in listed.stdout
     assert re.search(rf"{token_hash(token)[:8]}\s+│\s+@alice:example.org\s+│\s+user\s+│\s+\d{{4}}-", listed.stdout)
@@ -89,22 +89,22 @@ def test_revoke_by_id_by_token_and_by_user(migrated_database):
         store.revoke(by_value)
 
 
-def test_revoke_in_the_cli_says_what_it_revoked_and_an_unknown_id_exits_2(run_cli, env):
+def test_revoke_in_the_cli_says_what_it_revoked_and_an_unknown_id_exits_2(cli, env):
     token, _ = TokenStore(env["FACTSTREAM_DATABASE__URL"]).create("@a:hs", can_write=True)
 
-    revoked = run_cli("tokens", "revoke", token_hash(token)[:8], env=env)
+    revoked = cli("tokens", "revoke", token_hash(token)[:8], env=env)
     assert revoked.returncode == 0, revoked.stderr
     assert revoked.stdout.startswith(f"revoked {token_hash(token)[:8]} (writer token of @a:hs, created ")
     assert token not in revoked.stdout
 
-    unknown = run_cli("tokens", "revoke", token_hash(token)[:8], env=env)
+    unknown = cli("tokens", "revoke", token_hash(token)[:8], env=env)
     assert unknown.returncode == 2
     assert unknown.stderr.startswith(f"error: no token with id '{token_hash(token)[:8]}'")
     assert "Traceback" not in unknown.stderr
 
 
-def test_tokens_on_an_unmigrated_database_say_to_migrate(run_cli, fresh_database):
-    result = run_cli("tokens", "list", env=dict(os.environ, FACTSTREAM_DATABASE__URL=fresh_database))
+def test_tokens_on_an_unmigrated_database_say_to_migrate(cli, fresh_database):
+    result = cli("tokens", "list", env=dict(os.environ, FACTSTREAM_DATABASE__URL=fresh_database))
 
     assert result.returncode == 2
     assert "run `factstream migrate` first" in result.stderr

@@ -148,7 +148,7 @@ def cluster(plugin_installer, fresh_database, tmp_path) -> Iterator[HealthCluste
 
 def watch_degrade(cluster: HealthCluster, cut_at: float) -> dict[str, Any]:
     """Poll the worker's ``/health`` until it answers 503; check that it did not before the grace
-    period had passed since its link went down, and that it answered 200 with the link down before."""
+    period had passed since its link went down (every answer within it was 200)."""
     answers: list[tuple[float, int, dict[str, Any]]] = []
 
     def degraded() -> bool:
@@ -163,8 +163,11 @@ def watch_degrade(cluster: HealthCluster, cut_at: float) -> dict[str, Any]:
     assert at - link["since"] >= GRACE, f"degraded {at - link['since']:.2f}s after the link went down"
     assert [r["code"] for r in body["reasons"]] == [LINK_DOWN], body
     assert body["reasons"][0]["details"]["down_seconds"] >= GRACE
-    early = [code for t, code, b in answers if b["replication"]["links"][0]["state"] == "down"]
-    assert early[0] == 200, "the worker was degraded as soon as its link went down"
+    # Every answer given while the link was down for less than the grace period said ok (an answer got at
+    # client time t was made no later than t). How many there were depends on the machine's load.
+    for t, code, b in answers:
+        if b["replication"]["links"][0]["state"] == "down" and t - link["since"] < GRACE:
+            assert code == 200, f"degraded {t - link['since']:.2f}s after the link went down: {b}"
     assert cluster.get("worker1", "/health", strict="false").status_code == 200
     return body
 
@@ -247,8 +250,8 @@ def test_a_worker_is_degraded_while_its_redis_link_is_cut_and_ok_when_it_returns
     proxy.refuse()
     cut_at = time.time()
     assert proxy.drop() >= 1
-    cluster.write_and_wait(300)
     watch_degrade(cluster, cut_at)
+    cluster.write_and_wait(300)
     assert cluster.metric("worker1", "factstream_replication_link_up", **link) == 0
 
     proxy.accept()
