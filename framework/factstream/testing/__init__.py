@@ -301,6 +301,18 @@ def migrated_database(fresh_database: str, plugin_host: PluginHost) -> str:
     return _migrate(fresh_database, plugin_host)
 
 
+@pytest.fixture(scope="module")
+def module_database(factstream_server_url: str) -> Iterator[str]:
+    """URL of a database migrated for the plugins installed in the environment, shared by one test
+    module, dropped after it: for a module whose tests only read or are refused, each in rooms, users or
+    keys of its own, so that they need not make and migrate a database each."""
+    url = create_database(factstream_server_url)
+    try:
+        yield _migrate(url, load_plugins())
+    finally:
+        _DROPS.drop(url)
+
+
 def _migrate(url: str, plugins: PluginHost) -> str:
     """Upgrade every branch of ``plugins`` to its head in the (new, empty) database ``url`` names; return
     ``url``.

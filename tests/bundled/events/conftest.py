@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
@@ -37,6 +37,32 @@ async def main(host_cluster: HostCluster) -> Host:
     """One host, ``main``, writing ``events`` and ``backfill``, accepting the tokens of :data:`USERS`."""
     host_cluster.configure(http={"tokens": TOKENS})
     return await host_cluster("main")
+
+
+@pytest.fixture(scope="module")
+async def module_cluster(module_database: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HostCluster]:
+    """A host cluster of a whole test module on ``module_database``, its ``main`` started as :func:`main`
+    starts it: for tests that only read or are refused, each in rooms of its own (a host and a database
+    per test cost 1-3 s of set-up on a loaded machine, more than most such tests take)."""
+    cluster = HostCluster(tmp_path_factory.mktemp("module-hosts"), database=module_database)
+    cluster.configure(http={"tokens": TOKENS})
+    await cluster("main")
+    try:
+        yield cluster
+    finally:
+        await cluster.close()
+
+
+@pytest.fixture
+def module_main(module_cluster: HostCluster) -> Host:
+    """The module's ``main`` (:func:`module_cluster`)."""
+    return module_cluster.started[0]
+
+
+@pytest.fixture
+def module_client(module_cluster: HostCluster, module_main: Host) -> Callable[[str], httpx.AsyncClient]:
+    """:func:`client` of the module's ``main``."""
+    return lambda user: module_cluster.client(module_main, SERVER_TOKEN if user == "server" else token_of(user))
 
 
 def store_of(host: Host) -> EventsStore:
