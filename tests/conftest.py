@@ -72,21 +72,26 @@ def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run the real ``factstream`` command in a subprocess (cwd: an empty temporary directory)."""
 
     def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-        full_env = dict(env if env is not None else os.environ)
-        if full_env.get("COLUMNS") == os.environ.get("COLUMNS"):
-            # Not chosen by the test (a pytest-xdist worker's environment says 80): wide enough for tables.
-            full_env["COLUMNS"] = "200"
-        full_env["NO_COLOR"] = "1"
         return subprocess.run(
             [sys.executable, "-m", "factstream", *args],
             capture_output=True,
             text=True,
-            env=full_env,
+            env=_cli_environ(env),
             cwd=cwd or tmp_path,
             timeout=120,
         )
 
     return run
+
+
+def _cli_environ(env: dict[str, str] | None) -> dict[str, str]:
+    """The environment of a CLI run in a test (``env``, default ``os.environ``): no colours, and tables
+    200 columns wide unless the test chose a width (a pytest-xdist worker's environment says 80)."""
+    environ = dict(env if env is not None else os.environ)
+    if environ.get("COLUMNS") == os.environ.get("COLUMNS"):
+        environ["COLUMNS"] = "200"
+    environ["NO_COLOR"] = "1"
+    return environ
 
 
 @pytest.fixture
@@ -99,10 +104,7 @@ def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     :func:`run_cli`. Plugins the test installed (``plugin_installer``) are seen, as they are in-process."""
 
     def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-        environ = dict(env if env is not None else os.environ)
-        if environ.get("COLUMNS") == os.environ.get("COLUMNS"):
-            environ["COLUMNS"] = "200"
-        environ["NO_COLOR"] = "1"
+        environ = _cli_environ(env)
         stdout, stderr = io.StringIO(), io.StringIO()
         with _cli_invocation(environ, cwd or tmp_path, stdout, stderr) as main:
             code = 0
@@ -163,7 +165,7 @@ def _restore_logging(saved: dict[str, tuple[list[logging.Handler], int, bool]]) 
     for name, now in _logging_state().items():
         handlers, level, propagate = saved.get(name, ([], logging.NOTSET, True))
         logger = logging.getLogger(name or None)
-        if (now[0], now[1], now[2]) != (handlers, level, propagate):
+        if now != (handlers, level, propagate):
             logger.handlers[:] = handlers
             logger.setLevel(level)
             logger.propagate = propagate

@@ -248,10 +248,8 @@ class ExportRunner:
         watcher = _TaskWatcher(self.spark, group, job.name, self.progress) if self.progress else None
         try:
             yield
-        except BaseException as exc:
-            if watcher is not None:
-                watcher.stop()
-            if not isinstance(exc, Exception) or signalled():
+        except Exception as exc:
+            if signalled():
                 raise
             with contextlib.suppress(Exception):
                 self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
@@ -259,8 +257,9 @@ class ExportRunner:
                 f"export job {job.name!r}: writing range ({start}, {upto}] failed: {type(exc).__name__}: "
                 f"{_short(exc)}; the checkpoint was not moved"
             ) from None
-        if watcher is not None:
-            watcher.stop()
+        finally:
+            if watcher is not None:
+                watcher.stop()
         self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
 
 

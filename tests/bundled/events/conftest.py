@@ -62,7 +62,7 @@ def module_main(module_cluster: HostCluster) -> Host:
 @pytest.fixture
 def module_client(module_cluster: HostCluster, module_main: Host) -> Callable[[str], httpx.AsyncClient]:
     """:func:`client` of the module's ``main``."""
-    return lambda user: module_cluster.client(module_main, SERVER_TOKEN if user == "server" else token_of(user))
+    return clients_of(module_cluster, module_main)
 
 
 def store_of(host: Host) -> EventsStore:
@@ -76,11 +76,12 @@ def reads_of(host: Host) -> Reads:
 @pytest.fixture
 def client(host_cluster: HostCluster, main: Host) -> Callable[[str], httpx.AsyncClient]:
     """``client(user)``: an HTTP client of ``main`` with ``user``'s token (``"server"``: the writer token)."""
+    return clients_of(host_cluster, main)
 
-    def make(user: str) -> httpx.AsyncClient:
-        return host_cluster.client(main, SERVER_TOKEN if user == "server" else token_of(user))
 
-    return make
+def clients_of(cluster: HostCluster, host: Host) -> Callable[[str], httpx.AsyncClient]:
+    """``make(user)``: an HTTP client of ``host`` with ``user``'s token (``"server"``: the writer token)."""
+    return lambda user: cluster.client(host, SERVER_TOKEN if user == "server" else token_of(user))
 
 
 async def main_and_worker(host_cluster: HostCluster, transport: str) -> tuple[Host, Host]:
