@@ -12,10 +12,12 @@ real install. Use ``plugin_installer.env()`` to make a subprocess see the same p
 Fixtures:
 
 ``factstream_server_url``  session: URL of the server tests create databases on.
-``fresh_database``         a new empty database (URL); dropped after the test, in the background.
+``fresh_database``         a new empty database (URL), made before the test asked for it; dropped after the
+                           test, in the background.
 ``migrated_database``      a fresh database with every loaded plugin's migrations applied (URL): a copy of a
                            template database the first migration of that set of migrations left on the
-                           server (``fs_test_template_<hash>``), not an alembic run per test.
+                           server (``fs_test_template_<hash>``), not an alembic run per test; the copy is
+                           made ahead too, and renamed to the test's database.
 ``database_with``          ``database_with(*projects, sources={name: source}, only_installed=False)``: installs
                            plugins, then migrates ``fresh_database`` for them (URL); a :class:`DatabaseWith`.
 ``redis_url``              session: a Redis URL (skips the test when Redis does not answer; fails it instead
@@ -175,11 +177,11 @@ def factstream_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         except psycopg.OperationalError as exc:
             pytest.exit(f"{TEST_DATABASE_ENV}={url} is not reachable: {exc}", returncode=3)
         yield url
-        _DROPS.wait()
+        _DATABASES.wait()
         return
     state = tmp_path_factory.mktemp("factstream-state")
     yield start_embedded(state)
-    _DROPS.wait()
+    _DATABASES.wait()
     stop_embedded(state)
 
 
@@ -201,13 +203,8 @@ def connect(url: str) -> psycopg.Connection[tuple[Any, ...]]:
 
 def drop_database(url: str) -> None:
     """Drop the database ``url`` names, disconnecting anyone still using it."""
-    with psycopg.connect(_admin_url(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_url(_server_of(url)), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
-
-
-def _admin_url(url: str) -> str:
-    """The libpq URL of the database ``postgres`` on the server of ``url``: where databases are made and dropped."""
-    return libpq_url(make_url(url).set(database="postgres").render_as_string(hide_password=False))
 
 
 def _services_required() -> bool:
@@ -245,50 +242,95 @@ def redis_url() -> str:
 
 @pytest.fixture
 def fresh_database(factstream_server_url: str) -> Iterator[str]:
-    """URL of a new, empty database, dropped after the test (in the background: see :class:`_Drops`)."""
-    url = create_database(factstream_server_url)
+    """URL of a new, empty database, dropped after the test (in the background: see :class:`_Databases`)."""
+    url = _DATABASES.empty(factstream_server_url)
     try:
         yield url
     finally:
-        _DROPS.drop(url)
+        _DATABASES.drop(url)
 
 
-class _Drops:
-    """Test databases being dropped by a background thread, so that a test's teardown does not wait for
-    the server (a drop took up to 2 s on a loaded machine). The server fixture waits for them when the
-    session ends (before an embedded server stops), and ``pytest_sessionfinish`` reports any that failed."""
+class _Databases:
+    """The server's slow work off the tests' path, on one background thread per test process.
+
+    Creating a database, empty or as a copy of a migrated template, took 0.1-0.5 s and a drop up to 2 s
+    on a loaded machine, in every test that uses one. So the next database of each kind is made before
+    it is asked for (an empty one after the first ask, a template's copy after its second), a test's
+    migrated database is that copy renamed to the name the test already holds (a catalog update), and
+    drops happen in the background. The server fixture waits for all of it when the session ends
+    (before an embedded server stops): databases made but never used are dropped then, and
+    ``pytest_sessionfinish`` reports any drop that failed.
+    """
 
     def __init__(self) -> None:
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._pending: list[tuple[str, concurrent.futures.Future[None]]] = []
+        #: One thread making databases ahead, one dropping them (a drop waits for no test).
+        self._pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
+        self._drops: list[tuple[str, concurrent.futures.Future[None]]] = []
+        #: (server URL, template name or "" for an empty database) -> the name of the next one, being made.
+        self._ready: dict[tuple[str, str], concurrent.futures.Future[str]] = {}
+        self._asked: dict[tuple[str, str], int] = {}
         #: Databases that could not be dropped, with why.
         self.failed: list[str] = []
 
+    def _submit(self, pool: str, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        if pool not in self._pools:
+            self._pools[pool] = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"fs-db-{pool}")
+        return self._pools[pool].submit(fn, *args)
+
+    def empty(self, server_url: str) -> str:
+        """The URL of a new empty database on the server of ``server_url``."""
+        server = _server_of(server_url)
+        return _database_url(server, self._take(server, "") or _new_database(server, ""))
+
+    def copy(self, server: str, template: str, build: Callable[[psycopg.Connection[Any]], None]) -> str:
+        """The name of a new copy of ``template`` on ``server`` (``build(conn)`` makes the template where
+        it is missing, under the template lock)."""
+        return self._take(server, template) or _new_database(server, template, build)
+
+    def _take(self, server: str, template: str) -> str | None:
+        """The database made ahead for (``server``, ``template``), if there is one; start making the next."""
+        key = (server, template)
+        future = self._ready.pop(key, None)
+        self._asked[key] = asked = self._asked.get(key, 0) + 1
+        if template == "" or asked >= 2:
+            self._ready[key] = self._submit("make", _new_database, server, template)
+        if future is None:
+            return None
+        try:
+            return future.result(timeout=120)
+        except Exception:  # made again in the foreground, where its error reaches the test
+            return None
+
     def drop(self, url: str) -> None:
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fs-drop")
-        self._pending.append((url, self._pool.submit(drop_database, url)))
+        self._drops.append((url, self._submit("drop", drop_database, url)))
 
     def wait(self) -> None:
-        """Wait for every drop (the server fixture does, before its server may go); remember failures."""
-        for url, future in self._pending:
+        """Drop what was made ahead and never used, wait for every drop; remember failures."""
+        for (server, _), future in self._ready.items():
             try:
-                future.result(timeout=120)
+                name = future.result(timeout=120)
+            except Exception:
+                continue
+            self.drop(_database_url(server, name))
+        self._ready.clear()
+        for url, dropped in self._drops:
+            try:
+                dropped.result(timeout=120)
             except Exception as exc:
                 self.failed.append(f"{make_url(url).database}: {exc}")
-        self._pending.clear()
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        self._drops.clear()
+        for pool in self._pools.values():
+            pool.shutdown()
+        self._pools.clear()
 
 
-_DROPS = _Drops()
+_DATABASES = _Databases()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Wait until every test database is dropped; say which could not be."""
-    _DROPS.wait()
-    failed, _DROPS.failed = _DROPS.failed, []
+    _DATABASES.wait()
+    failed, _DATABASES.failed = _DATABASES.failed, []
     if failed:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
@@ -306,11 +348,11 @@ def module_database(factstream_server_url: str) -> Iterator[str]:
     """URL of a database migrated for the plugins installed in the environment, shared by one test
     module, dropped after it: for a module whose tests only read or are refused, each in rooms, users or
     keys of its own, so that they need not make and migrate a database each."""
-    url = create_database(factstream_server_url)
+    url = _DATABASES.empty(factstream_server_url)
     try:
         yield _migrate(url, load_plugins())
     finally:
-        _DROPS.drop(url)
+        _DATABASES.drop(url)
 
 
 def _migrate(url: str, plugins: PluginHost) -> str:
@@ -319,38 +361,66 @@ def _migrate(url: str, plugins: PluginHost) -> str:
 
     Done once per set of migrations: the first time, a database is migrated and kept on the server as a
     template (``fs_test_template_<hash>``, the hash of every migration file of the set and of alembic's
-    environment, so a changed file makes a new one); after that, ``url``'s database is made again as a
+    environment, so a changed file makes a new one); after that, ``url``'s database is replaced by a
     copy of the template, which costs a fraction of running alembic (the reference's test suite keeps
-    one prepared database the same way). An advisory lock serialises the building and the copies, so
-    parallel workers on one server share a template. When the database cannot be made again (somebody
-    is connected to it), it is migrated as before.
+    one prepared database the same way). The copy is made ahead (:class:`_Databases`) and renamed to
+    ``url``'s name; the empty database it replaces is dropped in the background. An advisory lock
+    serialises the building and the copies, so parallel workers on one server share a template. When
+    the database cannot be replaced (somebody is connected to it), it is migrated in place.
     """
     from factstream.migrate import Migrator
 
     migrator = Migrator(url, plugins)
     try:
         template = f"fs_test_template_{_migrations_hash(migrator.branch_dirs)}"
-        target = make_url(url)
-        with psycopg.connect(_admin_url(url), autocommit=True) as conn:
-            conn.execute("SELECT pg_advisory_lock(%s)", (_TEMPLATE_LOCK,))
+        server, name = _server_of(url), make_url(url).database
+        copy = _DATABASES.copy(server, template, lambda conn: _build_template(conn, server, template, plugins))
+        replaced = f"fs_test_replaced_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(libpq_url(server), autocommit=True) as conn:
             try:
-                if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (template,)).fetchone() is None:
-                    _build_template(conn, target, template, plugins)
-                try:
-                    conn.execute(f'DROP DATABASE "{target.database}"')
-                except psycopg.errors.ObjectInUse:
-                    migrator.upgrade()  # someone is connected to it: migrate it in place
-                    return url
-                conn.execute(f'CREATE DATABASE "{target.database}" TEMPLATE "{template}"')
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (_TEMPLATE_LOCK,))
+                conn.execute(f'ALTER DATABASE "{name}" RENAME TO "{replaced}"')
+            except psycopg.errors.ObjectInUse:
+                _DATABASES.drop(_database_url(server, copy))
+                migrator.upgrade()  # someone is connected to it: migrate it in place
+                return url
+            conn.execute(f'ALTER DATABASE "{copy}" RENAME TO "{name}"')
+        _DATABASES.drop(_database_url(server, replaced))
     finally:
         migrator.close()
     return url
 
 
-#: The advisory lock key of the template databases (``_migrate``).
+def _server_of(url: str) -> str:
+    """The URL of the database ``postgres`` on the server of ``url``: where databases are made and dropped."""
+    return make_url(url).set(database="postgres").render_as_string(hide_password=False)
+
+
+def _database_url(server: str, name: str) -> str:
+    return make_url(server).set(database=name).render_as_string(hide_password=False)
+
+
+#: The advisory lock key of the template databases (``_new_database``).
 _TEMPLATE_LOCK = 0x66737470  # "fstp"
+
+
+def _new_database(server: str, template: str, build: Callable[[psycopg.Connection[Any]], None] | None = None) -> str:
+    """Create a database on ``server``, empty or (``template``) a copy of the template, which ``build``
+    makes where it is missing (without ``build``, a missing template is an error); return its name."""
+    name = f"fs_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(libpq_url(server), autocommit=True) as conn:
+        if not template:
+            conn.execute(f'CREATE DATABASE "{name}"')
+            return name
+        conn.execute("SELECT pg_advisory_lock(%s)", (_TEMPLATE_LOCK,))
+        try:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (template,)).fetchone() is None:
+                if build is None:
+                    raise LookupError(f"no template database {template} yet")
+                build(conn)
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (_TEMPLATE_LOCK,))
+    return name
 
 
 def _migrations_hash(branch_dirs: Mapping[str, Path]) -> str:
@@ -368,14 +438,14 @@ def _migrations_hash(branch_dirs: Mapping[str, Path]) -> str:
     return digest.hexdigest()[:20]
 
 
-def _build_template(conn: psycopg.Connection[Any], target: Any, template: str, plugins: PluginHost) -> None:
+def _build_template(conn: psycopg.Connection[Any], server: str, template: str, plugins: PluginHost) -> None:
     """Migrate a new database and rename it ``template`` (under the caller's lock)."""
     from factstream.migrate import Migrator
 
     build = f"fs_test_template_build_{uuid.uuid4().hex[:12]}"
     conn.execute(f'CREATE DATABASE "{build}"')
     try:
-        migrator = Migrator(target.set(database=build).render_as_string(hide_password=False), plugins)
+        migrator = Migrator(_database_url(server, build), plugins)
         try:
             migrator.upgrade()
         finally:
