@@ -51,6 +51,18 @@ SCALE_PATHS = (
 )
 
 
+#: Spark's defaults for the suite's JVMs (the driver of its own session and of every ``factstream export``
+#: it starts, their executors): see the file. The standalone cluster's master and worker take the same
+#: options from ``SPARK_DAEMON_JAVA_OPTS``.
+SPARK_CONF_DIR = ROOT / "tests" / "spark-conf"
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=2"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ["SPARK_CONF_DIR"] = str(SPARK_CONF_DIR)
+    os.environ["SPARK_DAEMON_JAVA_OPTS"] = QUICK_JVM
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test with its tiers (``e2e``, ``scale``), by the rules above."""
     for item in items:
