@@ -420,10 +420,11 @@ def layer_violations(graph: dict[str, dict[str, int]], layers: list[tuple[str, l
     run up ``layers``, and modules that no layer places.
 
     A module belongs to the layer of the longest listed name that is it or a package above it.
-    Importing a module runs the ``__init__`` of each package above it: that counts as importing the
-    package, unless its ``__init__`` imports nothing, or the importer is inside it already (Python ran
-    it first). The top package's own ``__init__`` (the public API) runs before any module; only its
-    imports are checked.
+    Importing a module runs the ``__init__`` of each package above it: that counts as importing what
+    that ``__init__`` imports (nothing, for most packages; a leaf helper, for one whose names are
+    imported at first use), unless the importer is inside the package already (Python ran it first).
+    The top package's own ``__init__`` (the public API) runs before any module; only its imports are
+    checked.
     """
     level = {name: index for index, (_, names) in enumerate(layers) for name in names}
 
@@ -444,12 +445,16 @@ def layer_violations(graph: dict[str, dict[str, int]], layers: list[tuple[str, l
             packages = [".".join(parts[:end]) for end in range(2, len(parts))]
             runs = [target] + [p for p in packages if graph.get(p) and p != module and not module.startswith(p + ".")]
             for ran in runs:
-                theirs = layer_of(ran)
-                if theirs is not None and theirs > mine:
-                    how = "imports" if ran == target else f"imports {target}, which runs"
-                    out.append(
-                        f"{module} (line {line}, layer {layers[mine][0]}) {how} {ran} (layer {layers[theirs][0]})"
-                    )
+                # the target itself, or what running a package's ``__init__`` on the way imports
+                reached = [(ran, "imports")] if ran == target else [
+                    (dep, f"imports {target}, which runs {ran}, which imports") for dep in sorted(graph[ran])
+                ]  # fmt: skip
+                for dep, how in reached:
+                    theirs = layer_of(dep)
+                    if theirs is not None and theirs > mine:
+                        out.append(
+                            f"{module} (line {line}, layer {layers[mine][0]}) {how} {dep} (layer {layers[theirs][0]})"
+                        )
     return out
 
 
@@ -464,8 +469,8 @@ def test_the_layers_table_places_every_core_module_and_names_only_real_ones():
 
 def test_no_core_import_runs_up_the_layers():
     """Every import of the core (module level, in a function, under TYPE_CHECKING, ``import_module``)
-    goes to its own layer or one below, and so does every package ``__init__`` it runs that imports
-    anything (docs/architecture.md, "Layers")."""
+    goes to its own layer or one below, and so does what every package ``__init__`` it runs imports
+    (docs/architecture.md, "Layers")."""
     violations = layer_violations(import_graph(CORE), documented_layers(ARCHITECTURE.read_text()))
     for violation in violations:
         print("layers:", violation)
@@ -484,22 +489,26 @@ def test_the_layer_check_catches_imports_up_and_through_a_package_init(tmp_path)
     (core / "quiet" / "__init__.py").write_text('"""Imports nothing: passing through it costs nothing."""\n')
     (core / "quiet" / "deep.py").write_text("")
     (core / "box" / "__init__.py").write_text("from pkg.box.machine import M\n")  # a package that loads a lot
+    (core / "cheap").mkdir()
+    (core / "cheap" / "__init__.py").write_text("import pkg.base\n")  # loads only what is below: fine
+    (core / "cheap" / "thing.py").write_text("")
     (core / "box" / "item.py").write_text("")
     (core / "box" / "machine.py").write_text("import pkg.high.top\n")
     (core / "high" / "__init__.py").write_text("")
     (core / "high" / "top.py").write_text("")
-    (core / "mid.py").write_text("from pkg.low.b import B\nfrom pkg.box.item import I\n")
+    (core / "mid.py").write_text("from pkg.low.b import B\nfrom pkg.box.item import I\nimport pkg.cheap.thing\n")
     (core / "stray.py").write_text("")
     layers = [
-        ("bottom", ["base", "quiet", "box.item"]),
+        ("bottom", ["base", "quiet", "box.item", "cheap.thing"]),
         ("lower", ["low", "mid"]),
-        ("upper", ["high", "box", "__init__"]),
+        ("upper", ["high", "box", "cheap", "__init__"]),
     ]
 
     assert layer_violations(import_graph(core), layers) == [
         "pkg.stray is in no layer (add it to the Layers table)",
         "pkg.base (line 2, layer bottom) imports pkg.high.top (layer upper)",
-        "pkg.mid (line 2, layer lower) imports pkg.box.item, which runs pkg.box (layer upper)",
+        "pkg.mid (line 2, layer lower) imports pkg.box.item, which runs pkg.box, which imports pkg.box.machine"
+        " (layer upper)",
     ]
 
 

@@ -9,6 +9,23 @@
   receives a writer's rows), ``durable`` (reading the durable state, repairing the sequence),
   ``recovery`` (the start-up state), ``persist`` (writing this process's position) and ``metrics``.
 
-This package's ``__init__`` imports nothing, so ``import factstream`` (which needs only the error type
-and the sequence helper) does not load the generator.
+This package's ``__init__`` imports nothing up front: ``import factstream`` (which needs only the error
+type and the sequence helper) does not load the generator. The names above are imported from their
+modules at first use (``from factstream.idgen import MultiWriterIdGenerator`` works).
 """
+
+from __future__ import annotations
+
+from factstream.lazy import lazy_names
+
+#: The names this package offers (name -> the module defining it), each imported at first use.
+_LAZY = {
+    "IdGeneratorError": "errors",
+    "MultiWriterIdGenerator": "generator",
+    "PositionTracker": "positions",
+    "WriterLeases": "leases",
+    "create_sequence_sql": "sequence",
+}
+
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
