@@ -44,9 +44,40 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},  # as ./dev docs and .ci/run build it
     )
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
     return out
+
+
+def test_the_built_site_browses_from_disk(site: Path) -> None:
+    """Every link of every built page, opened from disk (file://), reaches a file: no link names a
+    directory (a browser would show its listing), none names a file the build did not write."""
+    pages = sorted(p for p in site.rglob("*.html") if p.name != "404.html")  # a server's page: absolute links
+    assert len(pages) > 20
+    broken: list[str] = []
+    for page in pages:
+        for href in re.findall(r'<a\b[^>]*?\bhref="([^"]*)"', page.read_text(errors="replace")):
+            target = html.unescape(href).split("#", 1)[0].split("?", 1)[0]
+            if not target or re.match(r"^[a-z][a-z0-9+.-]*:|^//", target):
+                continue  # a link within the page, or to another site
+            resolved = (page.parent / target).resolve()
+            if target.endswith("/") or not resolved.is_file():
+                broken.append(f"{page.relative_to(site)}: {href}")
+    assert broken == [], f"{len(broken)} links do not open a file from disk, e.g. {broken[:10]}"
+
+
+def test_the_ways_the_project_builds_the_site_drop_the_third_party_banner() -> None:
+    """mkdocs-material prints an end-of-life banner about itself unless NO_MKDOCS_2_WARNING is set:
+    everywhere the project builds or serves the site sets it."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert [line for line in ci.splitlines() if "uv run mkdocs" in line and "NO_MKDOCS_2_WARNING=1" not in line] == []
+    dev = (ROOT / "dev").read_text()
+    docs = dev[dev.index("dev_docs() {") :].split("\n}\n", 1)[0]
+    assert "export NO_MKDOCS_2_WARNING=1" in docs
+    for path in [ROOT / "README.md", *DOCS.rglob("*.md")]:
+        text = path.read_text()
+        assert "uv run mkdocs" not in text or "NO_MKDOCS_2_WARNING" in text, f"{path}: builds the site without it"
 
 
 def ci_mkdocs_arguments() -> list[str]:
@@ -95,7 +126,7 @@ def test_every_page_of_docs_is_in_the_navigation(site: Path) -> None:
     assert [page for page in pages if page not in in_nav] == [], "pages missing from mkdocs.yml's nav"
     assert len(in_nav) == len(set(in_nav)), "a page is in the nav twice"
     for page in pages:
-        built = site / ("index.html" if page == "index.md" else page.removesuffix(".md") + "/index.html")
+        built = site / (page.removesuffix(".md") + ".html")
         assert built.is_file(), f"{page} was not built"
 
 
@@ -122,7 +153,7 @@ def sections(page: str) -> dict[str, str]:
 
 
 def test_the_cli_reference_lists_every_command_and_option(site: Path) -> None:
-    reference = sections((site / "reference" / "cli" / "index.html").read_text())
+    reference = sections((site / "reference" / "cli.html").read_text())
     commands = registered_commands(typer.main.get_command(app))
     assert {"factstream run", "factstream migrate status", "factstream tokens create"} <= set(commands)
     for path, flags in commands.items():
@@ -137,7 +168,7 @@ def test_the_cli_reference_lists_every_command_and_option(site: Path) -> None:
     [("factstream", factstream.__all__), ("factstream.testing", factstream.testing.__all__)],
 )
 def test_the_api_reference_documents_each_public_name(site: Path, module: str, names: list[str]) -> None:
-    page = (site / "reference" / "api" / "index.html").read_text()
+    page = (site / "reference" / "api.html").read_text()
     anchors = set(re.findall(r'id="([\w.]+)"', page))
     assert [name for name in names if f"{module}.{name}" not in anchors] == []
 
@@ -152,7 +183,7 @@ def test_docstring_roles_become_links_and_a_broken_one_fails(site: Path) -> None
         import griffe_roles
     finally:
         sys.path.remove(str(DOCS / "gen"))
-    page = (site / "reference" / "api" / "index.html").read_text()
+    page = (site / "reference" / "api.html").read_text()
     assert ":class:`" not in page and ":meth:`" not in page
     assert re.search(r'<a class="autorefs[^>]*href="#factstream.HostApi.call_hook"><code>call_hook</code></a>', page)
 
