@@ -31,7 +31,7 @@ from alembic.util import CommandError
 
 from factstream.db.engine import sync_url
 from factstream.db.metadata import migration_branches
-from factstream.errors import MigrationError
+from factstream.errors import FactstreamError, MigrationError
 from factstream.plugin.manager import CORE_PLUGIN, LeftOut, PluginHost
 from factstream.resources import migrations_dir
 
@@ -112,6 +112,19 @@ def not_ready(rows: Sequence[BranchStatus]) -> str | None:
         return f"the database is not migrated: {names}; run `factstream migrate` first" if behind else None
     also = f" The database is also not migrated: {names}; run `factstream migrate` after that." if behind else ""
     return missing_plugins(missing) + also
+
+
+def require_migrated(url: str, plugins: PluginHost) -> None:
+    """Raise :class:`FactstreamError` saying what to do (:func:`not_ready`) unless every branch of
+    ``plugins`` is at its head in the database ``url`` and it holds no revision of a plugin not loaded:
+    what ``factstream run``, ``factstream export`` and any command that needs the schema check first."""
+    migrator = Migrator(url, plugins)
+    try:
+        problem = migrator.not_ready()
+    finally:
+        migrator.close()
+    if problem is not None:
+        raise FactstreamError(problem)
 
 
 class Migrator:

@@ -70,12 +70,14 @@ def run_export(
     answered from PostgreSQL without starting Spark; when none has anything to do, no JVM starts.
     """
     from factstream.db.engine import check_database, database_url
+    from factstream.migrate import require_migrated
 
     plugins = state.plugins
     settings = state.settings
     if not jobs and not all_jobs:
         url = database_url(settings)
         check_database(url, settings.database.connect_timeout)
+        require_migrated(url, plugins)
         console.print(job_table(plugins.registry, url))
         return []
     selected = select_jobs(plugins.registry, jobs, all_jobs)
@@ -84,6 +86,7 @@ def run_export(
     check_master(master)
     url = database_url(settings)
     check_database(url, settings.database.connect_timeout)
+    require_migrated(url, plugins)
     done = {} if full else _up_to_date(plugins.registry, url, root, selected)
     results = [done[job.name] for job in selected if job.name in done]
     remaining = [job for job in selected if job.name not in done]

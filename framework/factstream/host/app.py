@@ -242,15 +242,9 @@ class Host:
     def _check_migrated(self, url: str) -> None:
         """Refuse a database this instance cannot work on: a branch behind its head, or revisions of a
         plugin that is not loaded (the message says which, and what to do: ``migrate.not_ready``)."""
-        from factstream.migrate import Migrator
+        from factstream.migrate import require_migrated
 
-        migrator = Migrator(url, self.plugins)
-        try:
-            problem = migrator.not_ready()
-        finally:
-            migrator.close()
-        if problem is not None:
-            raise FactstreamError(problem)
+        require_migrated(url, self.plugins)
 
     async def _check_retired(self) -> None:
         while True:
