@@ -40,6 +40,8 @@ class State:
     config_path: Path | None = None
     verbose: bool = False
     plugin_error: PluginError | None = None
+    #: What an interrupted command has to add to the one ``interrupted`` line (``interrupted: ...``).
+    interrupted: str | None = None
     _settings: Settings | None = None
     _plugins: PluginHost | None = field(default=None, repr=False)
 
@@ -580,8 +582,8 @@ def demo_command(
     try:
         run_demo(state.settings.state_dir, state.plugins, out, keep_running=keep_running, export=export)
     except KeyboardInterrupt:
-        err.print("interrupted: the demo's processes are stopped")
-        raise typer.Exit(130) from None
+        state.interrupted = "the demo's processes are stopped"
+        raise typer.Exit(INTERRUPTED) from None
 
 
 # -- export ------------------------------------------------------------------------------------------
@@ -698,6 +700,11 @@ def _add_plugin_commands() -> None:
             app.command(spec.name, help=spec.help or None)(spec.app)
 
 
+def _say_interrupted() -> None:
+    """The one line an interrupted command ends with, with what the command had to add."""
+    err.print("interrupted" if state.interrupted is None else f"interrupted: {state.interrupted}", highlight=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     debug = os.environ.get("FACTSTREAM_DEBUG", "").lower() in {"1", "true", "yes"}
@@ -711,10 +718,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except SystemExit as exc:
         if exc.code == INTERRUPTED:  # typer turns a command's KeyboardInterrupt into Exit(130), silently
-            err.print("interrupted")
+            _say_interrupted()
         raise
     except KeyboardInterrupt:
-        err.print("interrupted")
+        _say_interrupted()
         sys.exit(INTERRUPTED)
     except Exception as exc:
         if debug:

@@ -258,7 +258,10 @@ def test_ctrl_c_stops_everything(copy: Copy) -> None:
         m = wait_for_line(proc, STARTED.pattern, lines)
         output = interrupt(proc, lines)
     assert proc.returncode == 130, output
-    assert "interrupted" in output and "Traceback" not in output
+    assert [line for line in output.splitlines() if "interrupted" in line] == [
+        "interrupted: the demo's processes are stopped"
+    ], output  # one line, not the demo's and then the CLI's
+    assert "Traceback" not in output
     assert_nothing_left(copy, [int(m.group(1)), int(m.group(2)), spark])
     with pytest.raises(ProcessLookupError):
         os.killpg(spark, 0)

@@ -195,8 +195,8 @@ class Demo:
             self.plain(line) if not self.live_view else out.print(line, highlight=False)
         if exports:
             table = Table(title="Spark export (every stream, as written)")
-            for col in ("job", "stream", "rows", "seconds"):
-                table.add_column(col, justify="right" if col in ("rows", "seconds") else "left")
+            for col in ("job", "stream", "rows written", "seconds"):
+                table.add_column(col, justify="right" if col in ("rows written", "seconds") else "left")
             for e in exports:
                 table.add_row(e["job"], e["stream"], f"{e['rows']:,}", f"{e['seconds']:.1f}")
             out.print(table)

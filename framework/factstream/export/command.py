@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from factstream.export import checkpoints, runs
 from factstream.export.interrupt import spark_stopped_on_exit
-from factstream.export.output import local_uri
+from factstream.export.output import local_path, local_uri
 from factstream.export.plan import ExportError, StreamPlan, plans_for
 from factstream.export.read import connect
 from factstream.export.runner import ExportResult, ExportRunner, select_jobs
@@ -149,9 +150,14 @@ def job_table(registry: Any, url: str) -> Table | str:
     if not names:
         return "No export jobs are registered: no installed plugin registers one."
     plans = _plans(registry)
-    table = Table(title="export jobs (run: factstream export JOB ... or --all)")
-    for col in ("job", "stream", "checkpoint", "watermark", "pending", "output"):
-        table.add_column(col, justify="right" if col in ("checkpoint", "watermark", "pending") else "left")
+    table = Table(
+        title="export jobs (run: factstream export JOB ... or --all)",
+        caption="facts pending: the stream's facts past the checkpoint, up to the watermark",
+    )
+    _add_name_columns(table, names, [registry.export_jobs.get(n).stream for n in names])
+    for col in ("checkpoint", "watermark", "facts pending"):
+        table.add_column(col, justify="right")
+    table.add_column("output", overflow="fold")  # folded when it must be: a path is never cut
     with connect(url) as conn:
         for name in names:
             job = registry.export_jobs.get(name)
@@ -166,16 +172,39 @@ def job_table(registry: Any, url: str) -> Table | str:
                 "never ran" if st.checkpoint is None else str(st.checkpoint),
                 str(st.watermark),
                 "?" if st.pending is None else f"{st.pending:,}",
-                st.output or "",
+                shown_output(st.output or ""),
             )
     return table
 
 
-def summary(results: Sequence[ExportResult]) -> Table:
+def summary(results: Sequence[ExportResult]) -> Group:
+    """The table ``factstream export`` prints after a run, then where each job's output is (a path can
+    be long: under the table it is never cut, and the table fits a terminal)."""
     table = Table(title="factstream export")
-    for col in ("job", "stream", "range", "rows", "seconds", "status", "output"):
-        table.add_column(col, justify="right" if col in ("rows", "seconds") else "left")
-    for r in results:
-        span = f"({r.start}, {r.upto}]" if r.upto > r.start else f"up to {r.upto}"
-        table.add_row(r.job, r.stream, span, f"{r.rows:,}", f"{r.seconds:.1f}", r.status, r.output)
-    return table
+    _add_name_columns(table, [r.job for r in results], [r.stream for r in results])
+    spans = [f"({r.start}, {r.upto}]" if r.upto > r.start else f"up to {r.upto}" for r in results]
+    table.add_column("range", no_wrap=True, min_width=max(map(len, ["range", *spans])))
+    table.add_column("rows written", justify="right")
+    table.add_column("seconds", justify="right", no_wrap=True, min_width=len("seconds"))
+    table.add_column("status", no_wrap=True, min_width=len("up to date"))
+    for r, span in zip(results, spans, strict=True):
+        table.add_row(r.job, r.stream, span, f"{r.rows:,}", f"{r.seconds:.1f}", r.status)
+    notes = [
+        "range: the stream positions exported, (from, upto]; rows written: the rows the job wrote (its "
+        "transform may write fewer or more rows than facts)",
+        *(f"{r.job}: {shown_output(r.output)}" for r in results),
+    ]
+    return Group(table, *(Text(note) for note in notes))
+
+
+def _add_name_columns(table: Table, jobs: Sequence[str], streams: Sequence[str]) -> None:
+    """The job and stream columns: names a user types, so never cut or wrapped (the others give way)."""
+    for title, names in (("job", jobs), ("stream", streams)):
+        table.add_column(title, no_wrap=True, min_width=max([len(title), *map(len, names)]))
+
+
+def shown_output(uri: str) -> str:
+    """An output location as a user reads it: a local directory as its path (its ``file://`` URI holds
+    the path unescaped, as Hadoop reads it, which is no URI to paste), any other as its URI."""
+    path = local_path(uri)
+    return uri if path is None else str(path)
