@@ -163,6 +163,17 @@ class TestFullRun:
             os.killpg(summary["pids"]["export_group"], 0)
         assert not (copy.state_dir / "postgres" / "postmaster.pid").exists()
 
+    def test_the_command_it_prints_to_read_the_files_works_in_a_plain_shell(self, full_run: Run) -> None:
+        """Pasted as printed into a shell that has no virtual environment (only the system's PATH), in
+        another directory: it prints the exported rows."""
+        lines = full_run.output.splitlines()
+        hint = next(i for i, line in enumerate(lines) if line.startswith("read them with pyarrow"))
+        command = lines[hint + 1].strip()
+        plain = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
+        done = subprocess.run(["bash", "-c", command], env=plain, cwd="/", capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, f"{command}\n{done.stderr}"
+        assert done.stdout.startswith("[{") and "'event_id'" in done.stdout, done.stdout[:500]
+
     def test_worker_saw_every_fact_once(self, summary: dict[str, Any]) -> None:
         main, worker = summary["positions"]["main"], summary["positions"]["worker"]
         assert set(main) == set(worker) == {"events", "backfill", "account_data", "to_device", "caches"}

@@ -49,6 +49,14 @@ LIVE_PACE = 0.6
 PLAIN: dict[str, Any] = {"highlight": False, "soft_wrap": True, "markup": False}
 
 
+def read_parquet_command(output: str) -> str:
+    """A shell command that prints the rows of the Parquet under ``output``, pasteable in the user's own
+    shell after the demo: this environment's interpreter by its absolute path (a shell's ``python`` may
+    not exist, or may lack pyarrow, which only this environment is sure to have), everything quoted."""
+    code = f"import pyarrow.parquet as pq; print(pq.read_table({json.dumps(output)}).to_pylist())"
+    return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
+
+
 class Demo:
     def __init__(self, state_dir: Path, plugins: PluginHost, out: Console, *, export: bool = True) -> None:
         self.cluster = DemoCluster(state_dir)
@@ -203,12 +211,9 @@ class Demo:
             first = next((e for e in exports if e["stream"] == "events"), exports[0])
             where = Path(first["output"]).parent
             out.print(f"Parquet files: {where}/<job>/export_range=<from>-<upto>/part-*.parquet", **PLAIN)
-            out.print("read them with pyarrow (installed with factstream), pandas or Spark:", **PLAIN)
-            out.print(
-                f"  python -c 'import pyarrow.parquet as pq; print(pq.read_table(\"{first['output']}\").to_pylist())'",
-                **PLAIN,
-            )
-            out.print(f'  pandas.read_parquet("{first["output"]}")', **PLAIN)
+            out.print("read them with pyarrow, which this environment's Python has, from any shell:", **PLAIN)
+            out.print(f"  {read_parquet_command(first['output'])}", **PLAIN)
+            out.print(f"or in Spark (its shell: {shlex.quote(str(Path(sys.executable).parent / 'pyspark'))}):", **PLAIN)
             out.print(f'  spark.read.parquet("{first["output"]}").show()', **PLAIN)
         data = {
             "checks": checks,
