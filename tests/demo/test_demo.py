@@ -188,7 +188,7 @@ class TestFullRun:
         wakes = summary["record"]["wakes"]
         assert sum(w["room_events"] for w in wakes) >= len(summary["record"]["expected_by_bob"])
         assert any(w["to_device"] for w in wakes) and any(w["account_data"] for w in wakes)
-        assert re.search(r"/sync on worker woke after \d+ ms with 1 room event", full_run.output)
+        assert re.search(r"/sync on worker: a long poll answered after a \d+ ms wait, 1 room event", full_run.output)
         assert len(summary["record"]["account_data_received"]) == 2
 
     def test_late_joiner_cannot_see_before_the_join(self, full_run: Run, summary: dict[str, Any]) -> None:
