@@ -7,6 +7,7 @@ unexpected exception is reported in one line (``FACTSTREAM_DEBUG=1`` shows the t
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
@@ -154,7 +155,8 @@ def _command_name(args: list[str]) -> str | None:
 app = typer.Typer(
     name="factstream",
     cls=_RootGroup,
-    help="Streams of facts in PostgreSQL, replicated between processes. See docs/ for the guides.",
+    help="Streams of facts in PostgreSQL, replicated between processes. The guides: docs/ in factstream's "
+    "source repository (`./dev docs` there builds them into a site).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
@@ -256,7 +258,10 @@ def plugins_command() -> None:
 
 # -- migrate -----------------------------------------------------------------------------------------
 
-migrate_app = typer.Typer(help="Database migrations: the core branch and one branch per plugin.")
+migrate_app = typer.Typer(
+    help="Database migrations: the core branch and one branch per plugin. `factstream migrate` alone upgrades "
+    "every branch to its head (--plugin NAME: that branch only); the commands below show, add, undo or detach."
+)
 app.add_typer(migrate_app, name="migrate")
 
 
@@ -300,7 +305,11 @@ def migrate_command(
         str | None, typer.Option("--plugin", "-p", help="Only this plugin's branch (default: every branch).")
     ] = None,
 ) -> None:
-    """Upgrade every migration branch to its head (or only --plugin NAME)."""
+    """`factstream migrate` alone upgrades every migration branch to its head (--plugin NAME: that branch only).
+
+    The commands below show where each branch is, add a revision, undo a plugin's branch or detach the
+    branch of a plugin that is gone.
+    """
     if ctx.invoked_subcommand is not None:
         ctx.obj = plugin
         return
@@ -700,6 +709,40 @@ def _add_plugin_commands() -> None:
             app.command(spec.name, help=spec.help or None)(spec.app)
 
 
+def reflow_help(typer_app: typer.Typer) -> None:
+    """Give every command and group of ``typer_app`` (plugins' too) its help as paragraphs: Typer's rich
+    help keeps a docstring's line breaks, which the terminal then wraps again, breaking sentences in the
+    middle at 80 columns. Lines of a paragraph are joined; a blank line, and a line that starts a list
+    item or is indented, start a new line. Idempotent."""
+    for info in typer_app.registered_commands:
+        text = info.help or inspect.getdoc(info.callback)
+        if text:
+            info.help = _paragraphs(text)
+    for group in typer_app.registered_groups:
+        sub = group.typer_instance
+        if sub is None:
+            continue
+        if sub.info.help:
+            sub.info.help = _paragraphs(str(sub.info.help))
+        callback = sub.registered_callback
+        if callback is not None and callback.callback is not None and not callback.help:
+            doc = inspect.getdoc(callback.callback)
+            callback.help = _paragraphs(doc) if doc else None
+        reflow_help(sub)
+
+
+def _paragraphs(text: str) -> str:
+    out: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        starts_own_line = not stripped or line[:1].isspace() or stripped[:2] in {"- ", "* "} or not out or not out[-1]
+        if starts_own_line:
+            out.append(line.rstrip())
+        else:
+            out[-1] = f"{out[-1]} {stripped}"
+    return "\n".join(out)
+
+
 def _say_interrupted() -> None:
     """The one line an interrupted command ends with, with what the command had to add."""
     err.print("interrupted" if state.interrupted is None else f"interrupted: {state.interrupted}", highlight=False)
@@ -712,6 +755,7 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("FACTSTREAM_TRACE_HOOKS"):
             _setup_logging(logging.WARNING)
         _add_plugin_commands()
+        reflow_help(app)
         app(args=argv, prog_name="factstream")
     except FactstreamError as exc:
         err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
