@@ -194,10 +194,30 @@ def test_python_names_the_interpreter_to_use_and_dev_uv_runs_where_it_is_called(
     assert done.returncode == 0 and done.stdout == f"uv 1.2.3-home in {elsewhere}\n", done.stdout + done.stderr
 
 
+def test_a_uv_off_path_is_named_with_how_to_put_it_on_path_once(tmp_path):
+    """uv in ~/.local/bin with that directory not on PATH: ./dev uses it, and says (once) how to get the
+    docs' uv commands working in the user's shell; a uv on PATH gets no such line."""
+    root = checkout(tmp_path)
+    env = sandbox(tmp_path, Path(sys.executable))
+    local_bin = Path(env["HOME"], ".local", "bin")
+    local_bin.mkdir(parents=True)
+    (local_bin / "uv").write_text('#!/bin/sh\necho "uv 1.2.3"\n')
+    (local_bin / "uv").chmod(0o755)
+
+    first = dev(root, env, "uv", "--version")
+    assert first.returncode == 0 and first.stdout == "uv 1.2.3\n", first.stdout + first.stderr
+    assert f"uv is {local_bin / 'uv'}, which is not on your PATH" in first.stderr, first.stderr
+    assert f'export PATH="{local_bin}:$PATH"' in first.stderr, first.stderr
+    assert dev(root, env, "uv", "--version").stderr == ""  # said once
+
+    on_path = dev(root, {**env, "PATH": f"{local_bin}{os.pathsep}{env['PATH']}"}, "uv", "--version")
+    assert on_path.returncode == 0 and on_path.stderr == "", on_path.stderr
+
+
 def test_usage_lists_every_command():
     done = subprocess.run([str(ROOT / "dev"), "--help"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0
-    for command in ("demo", "test", "bootstrap", "uv"):
+    for command in ("demo", "test", "docs", "bootstrap", "uv"):
         assert re.search(rf"^  {command} ", done.stdout, re.MULTILINE), done.stdout
     wrong = subprocess.run([str(ROOT / "dev"), "nonsense"], capture_output=True, text=True, timeout=30)
     assert wrong.returncode == 2 and "usage: ./dev" in wrong.stderr
