@@ -175,3 +175,17 @@ async def test_execute_and_commit_commits_with_the_last_statement(fresh_database
     finally:
         await other.close()
         await db.close()
+
+
+def test_a_unix_socket_nobody_listens_on_is_named_without_the_embedded_advice(tmp_path):
+    """The demo's configuration names its embedded server's socket directory, which exists only while the
+    demo runs: the error says so, and does not advise removing database.url (that reaches another database)."""
+    url = f"postgresql://postgres@/factstream_demo?host={tmp_path}"
+
+    with pytest.raises(DatabaseError) as info:
+        check_database(url, timeout=1)
+
+    message = str(info.value)
+    assert f"No PostgreSQL is listening in {tmp_path}" in message
+    assert "./dev demo --keep-running" in message
+    assert "remove database.url" not in message and "\n" not in message

@@ -302,7 +302,19 @@ def test_keep_running_serves_the_printed_commands(copy: Copy) -> None:
         m = wait_for_line(proc, STARTED.pattern, lines)
         sync = wait_for_line(proc, r"^(curl .*/sync\?.*)$", lines).group(1)
         send = wait_for_line(proc, r"^(curl -s -X PUT .*)$", lines).group(1)
+        token_command = wait_for_line(proc, r"^(\S+/factstream -c .* tokens create .*)$", lines).group(1)
+        dashboard = wait_for_line(proc, r"^dashboard \(the deployment, live\): (\S+)$", lines).group(1)
         wait_for_line(proc, "Ctrl-C", lines, timeout=10)
+
+        # The token command, pasted into a shell without the environment, makes a token the worker takes.
+        plain = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
+        made = subprocess.run(["bash", "-c", token_command], env=plain, capture_output=True, text=True, timeout=60)
+        assert made.returncode == 0, f"{token_command}\n{made.stdout}{made.stderr}"
+        own = made.stdout.strip()  # the new token, alone on stdout
+        worker = shlex.split(sync)[-1].split("/sync")[0]
+        as_bob = urllib.request.Request(f"{worker}/sync?timeout=0", headers={"Authorization": f"Bearer {own}"})
+        assert urllib.request.urlopen(as_bob, timeout=10).status == 200
+        assert urllib.request.urlopen(dashboard, timeout=10).status == 200
 
         answer: list[dict[str, Any]] = []
         poll = threading.Thread(

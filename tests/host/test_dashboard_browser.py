@@ -163,6 +163,9 @@ def test_the_worker_dashboard_shows_the_deployment_live_in_a_browser(browser, pl
         detail=logs,
     )
     assert "worker1" in text_of(browser, "#instance")
+    wait_until(lambda: text_of(browser, "#caches tbody"), SEEN_WITHIN, "the caches table filled", detail=logs)
+    sideways = "return [...document.querySelectorAll('section')].filter(s => s.scrollWidth > s.clientWidth + 1)"
+    assert browser.execute_script(sideways + ".map(s => s.id)") == [], "a card scrolls sideways at 1400 px"
     main_row = browser.find_element("css selector", 'tr[data-instance="main"] a')
     assert main_row.get_attribute("href") == pair.url("main") + "/dashboard"
     row, badge, colour = wait_until(lambda: link_state(browser)[0] and link_state(browser), SEEN_WITHIN, "the link")

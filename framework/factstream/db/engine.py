@@ -98,8 +98,27 @@ def check_database(url: str, timeout: float = 5.0) -> None:
             break
         time.sleep(0.2)
     reason = " ".join(str(last).split()) if last else "unknown error"
+    socket_dir = _socket_dir(url)
+    if socket_dir is not None:
+        # A Unix socket in a directory: typically an embedded server another process runs (the demo's
+        # configuration names one), which exists only while that process does. Removing database.url
+        # would reach a different database, so that is not the advice here.
+        raise DatabaseError(
+            f"cannot connect to the database at {_redact(url)} within {timeout:g}s: {reason}. No PostgreSQL "
+            f"is listening in {socket_dir}: if the process that runs it has stopped (the demo's database lasts "
+            "as long as `./dev demo --keep-running` does), start it again; otherwise check database.url in the "
+            "config file (or FACTSTREAM_DATABASE__URL)."
+        )
     raise DatabaseError(
         f"cannot connect to the database at {_redact(url)} within {timeout:g}s: {reason}. "
         "Check database.url in the config file (or FACTSTREAM_DATABASE__URL), that the server is running "
         "and accepts connections, or remove database.url to use the embedded PostgreSQL."
     )
+
+
+def _socket_dir(url: str) -> str | None:
+    """The directory of the Unix socket ``url`` connects through, or None for a TCP connection."""
+    parsed = make_url(url)
+    host = parsed.query.get("host") or parsed.host or ""
+    host = host[0] if isinstance(host, tuple) else host
+    return host if host.startswith("/") else None

@@ -49,6 +49,13 @@ LIVE_PACE = 0.6
 PLAIN: dict[str, Any] = {"highlight": False, "soft_wrap": True, "markup": False}
 
 
+def own_token_command(config: Path, user: str) -> str:
+    """The command that stores a new token for ``user`` in the demo's database, pasteable in the user's
+    own shell: this environment's ``factstream`` by its absolute path, the demo's configuration named."""
+    factstream = Path(sys.executable).parent / "factstream"
+    return f"{shlex.quote(str(factstream))} -c {shlex.quote(str(config))} tokens create {shlex.quote(user)}"
+
+
 def read_parquet_command(output: str) -> str:
     """A shell command that prints the rows of the Parquet under ``output``, pasteable in the user's own
     shell after the demo: this environment's interpreter by its absolute path (a shell's ``python`` may
@@ -249,13 +256,21 @@ class Demo:
         out.print(sync, **PLAIN)
         out.print("# send a message to the demo room on main as alice:", highlight=False)
         out.print(send, **PLAIN)
+        out.print(
+            "# a token of your own for bob (the instances look tokens up in the demo's database):", highlight=False
+        )
+        out.print(own_token_command(c.config_path, user_id("bob")), **PLAIN)
+        out.print(f"dashboard (the deployment, live): {c.worker.url}/dashboard", highlight=False, soft_wrap=True)
         out.print(f"metrics: {c.main.url}/metrics  {c.worker.url}/metrics", highlight=False, soft_wrap=True)
         out.print(
             f"tokens ({user_id('alice')}, bob, carol, a writer) and ports: {c.config_path}",
             highlight=False,
             soft_wrap=True,
         )
-        out.print("Press Ctrl-C here to stop them.", highlight=False)
+        out.print(
+            "Press Ctrl-C here to stop them; the demo's database (and a token made above) lasts only as long.",
+            highlight=False,
+        )
 
     def wait_forever(self) -> None:
         while all(i.popen is not None and i.popen.poll() is None for i in self.cluster.instances.values()):
