@@ -67,6 +67,20 @@ def test_the_built_site_browses_from_disk(site: Path) -> None:
     assert broken == [], f"{len(broken)} links do not open a file from disk, e.g. {broken[:10]}"
 
 
+def test_every_list_of_the_pages_renders_as_a_list(site: Path) -> None:
+    """A Markdown list renders as one only where Python-Markdown sees it (a blank line before it, nested
+    lists and an item's later paragraphs indented four spaces); GitHub is laxer, so a page can look right
+    there and show "- item" inside a paragraph on the site. No paragraph of the built site starts a line
+    with a list marker."""
+    flat: list[str] = []
+    for page in sorted(site.rglob("*.html")):
+        text = re.sub(r"<(pre|script)\b.*?</\1>", "", page.read_text(errors="replace"), flags=re.S)
+        for paragraph in re.findall(r"<p\b[^>]*>(.*?)</p>", text, flags=re.S):
+            for hit in re.finditer(r"(?:^|\n)\s*((?:[-*+]|\d+\.) \S.{0,60})", paragraph):
+                flat.append(f"{page.relative_to(site)}: {html.unescape(re.sub('<[^>]+>', '', hit.group(1)))}")
+    assert flat == [], f"{len(flat)} list items render as text in a paragraph, e.g. {flat[:8]}"
+
+
 def test_the_ways_the_project_builds_the_site_drop_the_third_party_banner() -> None:
     """mkdocs-material prints an end-of-life banner about itself unless NO_MKDOCS_2_WARNING is set:
     everywhere the project builds or serves the site sets it."""
