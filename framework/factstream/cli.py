@@ -410,6 +410,11 @@ def _print_status(rows: list[Any]) -> None:
         colour = "red" if not row.installed else "green" if row.up_to_date else "yellow"
         table.add_row(row.branch, row.current or "-", row.head or "-", f"[{colour}]{row.state}[/{colour}]")
     out.print(table)
+    from factstream.migrate import missing_plugin
+
+    for row in rows:  # a branch whose plugin is gone: what it is and the ways out
+        if not row.installed:
+            out.print(f"{row.branch}: {missing_plugin(row)}.", highlight=False, markup=False, soft_wrap=True)
 
 
 # -- tokens ------------------------------------------------------------------------------------------

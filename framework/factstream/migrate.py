@@ -254,12 +254,39 @@ class Migrator:
             unknown = self._unknown(conn)
             recorded = self._recorded(conn)
             currents = self._currents(tuple(h for h in heads if h not in unknown))
-        # A branch folded into a missing plugin's head is only known from the record.
+        # A branch folded into a missing plugin's head is only known from the record, which every
+        # migration rewrites from the whole version table: where a head is unknown, the recorded
+        # revision wins over what the known heads imply when it lies further along the branch (a
+        # plugin's first revision depends on the core's head: with that plugin gone, the other
+        # plugins' heads reach only the core's first revision).
         for branch, rev in recorded.items():
-            if branch in self.branch_dirs and branch not in currents:
+            if branch not in self.branch_dirs:
+                continue
+            if branch not in currents or (unknown and self._descends(rev, currents[branch])):
                 currents[branch] = rev
         out = [BranchStatus(b, currents.get(b), self.head_of(b)) for b in self._ordered_branches()]
         return out + self._missing(unknown, recorded)
+
+    def _descends(self, rev: str, ancestor: str) -> bool:
+        """Whether the known revision ``rev`` comes after ``ancestor`` (is it, or has it below)."""
+        try:
+            known = self.script.revision_map.get_revisions(rev)
+        except Exception:
+            return False
+        if not known or known[0] is None:
+            return False
+        seen, stack = set(), [rev]
+        while stack:
+            rid = stack.pop()
+            if rid == ancestor:
+                return True
+            if rid in seen:
+                continue
+            seen.add(rid)
+            for found in self.script.revision_map.get_revisions(rid):
+                if isinstance(found, Script):
+                    stack.extend(found._all_down_revisions)
+        return False
 
     def not_ready(self) -> str | None:
         """Why an instance cannot start on this database (:func:`not_ready`); None when it can."""

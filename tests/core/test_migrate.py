@@ -38,23 +38,30 @@ from factstream import MigrationSpec
 def register_migrations(register):
     register(MigrationSpec.from_package("factstream_memos.migrations"))
 """
-MEMOS_FILES = {
-    "migrations/__init__.py": "",
-    "migrations/memos_0001.py": """
-        from alembic import op
-        import sqlalchemy as sa
-        revision = "memos_0001"
-        down_revision = None
-        branch_labels = ("memos",)
-        depends_on = "fs_core_0001"
 
-        def upgrade():
-            op.create_table("memos", sa.Column("id", sa.BigInteger))
 
-        def downgrade():
-            op.drop_table("memos")
-    """,
-}
+def one_table_files(name: str, depends_on: str) -> dict[str, str]:
+    """A migrations package whose one revision ``<name>_0001`` creates the table ``name``."""
+    return {
+        "migrations/__init__.py": "",
+        f"migrations/{name}_0001.py": f"""
+            from alembic import op
+            import sqlalchemy as sa
+            revision = "{name}_0001"
+            down_revision = None
+            branch_labels = ("{name}",)
+            depends_on = "{depends_on}"
+
+            def upgrade():
+                op.create_table("{name}", sa.Column("id", sa.BigInteger))
+
+            def downgrade():
+                op.drop_table("{name}")
+        """,
+    }
+
+
+MEMOS_FILES = one_table_files("memos", "fs_core_0001")
 
 
 def blocking(*names: str) -> str:
@@ -459,3 +466,40 @@ def test_database_with_only_installed_leaves_the_environments_plugins_out(
 
     assert "notes" in tables(url)
     assert ("inbox" in tables(url)) is not only_installed
+
+
+#: A plugin whose first revision depends on the core's head, as ``factstream new-stream`` writes it: alembic
+#: then folds the core's head into this plugin's head in the version table.
+LATE_FILES = one_table_files("late", CORE_HEAD)
+
+
+def test_status_after_a_plugin_holding_the_core_head_is_uninstalled_says_where_each_branch_is(
+    plugin_installer, notes, fresh_database, cli
+):
+    late = plugin_installer.from_source("late", MEMOS_PLUGIN.replace("memos", "late"), files=LATE_FILES)
+    migrator = Migrator(fresh_database, load_plugins())
+    try:
+        migrator.upgrade()
+    finally:
+        migrator.close()
+    plugin_installer.uninstall(late)
+
+    after = Migrator(fresh_database, load_plugins())
+    try:
+        # notes' head reaches only fs_core_0001; the core is at its head all the same
+        assert status(after) == {
+            "factstream": (CORE_HEAD, CORE_HEAD, True),
+            "notes": ("notes_0001", "notes_0001", True),
+            "late": ("late_0001", None, False),
+        }
+    finally:
+        after.close()
+    shown = cli("migrate", "status", env=dict(plugin_installer.env(), FACTSTREAM_DATABASE__URL=fresh_database))
+    assert shown.returncode == 0, shown.stderr
+    text = flat(shown.stdout)
+    assert f"factstream │ {CORE_HEAD} │ {CORE_HEAD} │ up to date" in text, text
+    assert "late │ late_0001 │ - │ plugin not installed" in text, text
+    assert (
+        "late: revision 'late_0001' belongs to plugin 'late', which is not installed. Reinstall it, or detach its "
+        "migrations with `factstream migrate detach late` (its tables are kept)."
+    ) in text
