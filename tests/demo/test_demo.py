@@ -172,7 +172,7 @@ class TestFullRun:
         plain = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
         done = subprocess.run(["bash", "-c", command], env=plain, cwd="/", capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, f"{command}\n{done.stderr}"
-        assert done.stdout.startswith("[{") and "'event_id'" in done.stdout, done.stdout[:500]
+        assert done.stdout.startswith("[{'stream_id': ") and "'kind': 'ev'" in done.stdout, done.stdout[:500]
 
     def test_worker_saw_every_fact_once(self, summary: dict[str, Any]) -> None:
         main, worker = summary["positions"]["main"], summary["positions"]["worker"]
