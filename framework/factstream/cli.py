@@ -241,8 +241,14 @@ def plugins_command() -> None:
     host = state.plugins
     registry = host.registry
     table = Table(title="factstream plugins")
-    for col in ("plugin", "version", "module", "streams", "migration branch"):
-        table.add_column(col)
+    # plugin and branch names are typed (FACTSTREAM_BLOCK_PLUGINS, migrate --plugin): never cut or wrapped;
+    # the other columns fold where a terminal is narrow, and nothing is cut to an ellipsis
+    names = [name + (" (core)" if info.builtin else "") for name, info in host.plugins.items()]
+    table.add_column("plugin", no_wrap=True, min_width=max(map(len, ["plugin", *names])))
+    table.add_column("version", overflow="fold")
+    table.add_column("module", overflow="fold")
+    table.add_column("streams", overflow="fold")
+    table.add_column("migration branch", no_wrap=True, min_width=max(map(len, ["branch", *host.plugins])))
     for name, info in host.plugins.items():
         what = host.registered_by(name)
         branch = name if name in registry.migrations else "-"
