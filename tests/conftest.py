@@ -113,10 +113,16 @@ def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     ``NO_COLOR``) and working directory (default: an empty temporary directory); the same result (exit
     code, stdout, stderr). For what is not about the process: help texts, usage and config errors,
     ``tokens``, ``migrate``. Exit codes at a signal, environment inheritance and ``run`` keep
-    :func:`run_cli`. Plugins the test installed (``plugin_installer``) are seen, as they are in-process."""
+    :func:`run_cli`. Plugins the test installed (``plugin_installer``) are seen, as they are in-process.
+    ``columns=N`` sets the terminal's width whatever the environment says (a pytest-xdist worker's says 80,
+    which ``env`` inherits and which is therefore taken as nobody's choice)."""
 
-    def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, columns: int | None = None
+    ) -> subprocess.CompletedProcess[str]:
         environ = _cli_environ(env)
+        if columns is not None:
+            environ["COLUMNS"] = str(columns)
         stdout, stderr = io.StringIO(), io.StringIO()
         with _cli_invocation(environ, cwd or tmp_path, stdout, stderr) as main:
             code = 0

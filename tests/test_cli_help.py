@@ -37,7 +37,7 @@ def description(help_text: str) -> list[str]:
 
 @pytest.mark.parametrize("path", command_paths(), ids=lambda p: " ".join(p) or "factstream")
 def test_help_at_80_columns_breaks_lines_only_where_the_width_does(cli, path):
-    result = cli(*path, "--help", env={"COLUMNS": "80", "PATH": "/usr/bin:/bin"})
+    result = cli(*path, "--help", env={"PATH": "/usr/bin:/bin"}, columns=80)
     assert result.returncode == 0, result.stderr
     lines = description(result.stdout)
     assert any(lines), result.stdout
@@ -51,8 +51,8 @@ def test_help_at_80_columns_breaks_lines_only_where_the_width_does(cli, path):
 
 
 def test_the_root_help_points_at_the_guides_and_migrate_says_what_it_does_alone(cli):
-    root = " ".join(cli("--help", env={"COLUMNS": "200"}).stdout.split())
+    root = " ".join(cli("--help", env={"PATH": "/usr/bin:/bin"}, columns=200).stdout.split())
     assert "See docs/ for the guides" not in root
     assert "docs/ in factstream's source repository" in root
-    migrate = " ".join(cli("migrate", "--help", env={"COLUMNS": "200"}).stdout.split())
+    migrate = " ".join(cli("migrate", "--help", env={"PATH": "/usr/bin:/bin"}, columns=200).stdout.split())
     assert "`factstream migrate` alone upgrades every migration branch to its head" in migrate

@@ -7,7 +7,7 @@ from factstream.plugin.manager import load_plugins
 
 
 def test_the_plugins_table_cuts_no_name_at_80_columns(cli):
-    result = cli("plugins", env={"COLUMNS": "80", "PATH": "/usr/bin:/bin"})
+    result = cli("plugins", env={"PATH": "/usr/bin:/bin"}, columns=80)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "…" not in result.stdout, result.stdout
