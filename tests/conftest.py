@@ -32,6 +32,7 @@ E2E_PATHS = (
     "tests/scaffold/",
     "tests/host/test_dashboard_browser.py",
     "tests/test_docs_site.py",
+    "tests/test_getting_started.py",
     "tests/core/test_packaging.py",
     "tests/core/test_dev_script.py",
     "tests/core/test_interrupt.py",

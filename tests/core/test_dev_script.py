@@ -8,13 +8,18 @@ directory of links to the system's programs, less ``uv`` and whatever else the t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import psutil  # type: ignore[import-untyped]
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -279,3 +284,74 @@ def test_a_failed_first_install_says_what_it_was_doing_and_what_to_do(tmp_path):
     assert "dev: uv sync failed" in done.stderr and "pypi.org can be reached" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert not (root / ".venv" / ".factstream-dev-synced").exists()
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    try:
+        return [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _command(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["while Spark starts", "while tests use Spark"])
+def test_one_ctrl_c_stops_dev_test(tmp_path, moment):
+    """Ctrl-C (SIGINT to the foreground process group, as a terminal sends it) while a test's Spark session
+    starts, or once tests run on it: ./dev test stops at once, cleanly (no traceback, no later stage), and
+    leaves nothing running.
+
+    The staged run is narrowed to the Spark data source's tests through ``PYTEST_ADDOPTS``, which pytest
+    adds to every stage's arguments: stage 1 selects none of them, stage 2 starts Spark."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "FACTSTREAM_PORTS"))}
+    env.update(PYTEST_ADDOPTS=f"-p no:cacheprovider --basetemp={tmp_path / 'run'} tests/export/test_datasource.py")
+    proc = subprocess.Popen(
+        [str(ROOT / "dev"), "test"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    chunks: list[str] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stdout.read(1), "")), daemon=True)
+    reader.start()
+
+    def ready() -> bool:
+        if moment == "while Spark starts":
+            return any("spark" in _command(p).lower() for p in seen.values())
+        stage_2 = "".join(chunks).partition("dev: stage 2 of 3")[2]
+        return bool(re.search(r"items\]\n\n?[.F]", stage_2))
+
+    seen: dict[int, psutil.Process] = {}
+    try:
+        deadline = time.monotonic() + 300
+        while not ready():
+            assert proc.poll() is None, "".join(chunks)
+            assert time.monotonic() < deadline, f"not {moment} within 300 s:\n{''.join(chunks)}"
+            for p in _tree(proc.pid):
+                seen.setdefault(p.pid, p)
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        interrupted = time.monotonic()
+        proc.wait(timeout=120)
+        took = time.monotonic() - interrupted
+        reader.join(10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    output = "".join(chunks)
+    assert proc.returncode == 130, output
+    assert "dev: interrupted in stage 2 of 3: the stages after it did not run" in output, output
+    assert "stage 3 of 3" not in output, output
+    assert "Traceback" not in output and "KeyError" not in output, output
+    assert took < 60, f"the run took {took:.0f} s to stop after Ctrl-C:\n{output}"
+    left = psutil.wait_procs([p for p in seen.values() if p.pid != proc.pid], timeout=15)[1]
+    assert not left, [_command(p)[:200] for p in left]
