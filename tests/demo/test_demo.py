@@ -174,6 +174,34 @@ class TestFullRun:
         assert done.returncode == 0, f"{command}\n{done.stderr}"
         assert done.stdout.startswith("[{'stream_id': ") and "'kind': 'ev'" in done.stdout, done.stdout[:500]
 
+    def test_the_spark_shell_it_names_reads_the_files_with_the_line_it_prints(self, full_run: Run) -> None:
+        """The named ``pyspark`` shell, started from a plain shell as printed, given the printed line: it
+        shows the exported rows."""
+        lines = full_run.output.splitlines()
+        hint = next(i for i, line in enumerate(lines) if line.startswith("or in Spark's shell, started with:"))
+        shell = lines[hint + 1].strip()
+        statement = lines[hint + 2].removeprefix("then: ")
+        plain = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
+        plain |= {k: os.environ[k] for k in ("JAVA_HOME", "SPARK_CONF_DIR") if k in os.environ}
+        # The shell is interactive in a terminal; from a pipe, Python is only when told (its start-up file,
+        # which makes ``spark``, runs in interactive mode only).
+        plain["PYSPARK_DRIVER_PYTHON_OPTS"] = "-i"
+        done = subprocess.run(
+            ["bash", "-c", shell],
+            input=statement + "\n",
+            env=plain,
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert done.returncode == 0, f"{shell} < {statement}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        table = [line for line in done.stdout.splitlines() if line.startswith("|")]
+        header = [cell.strip() for cell in table[0].strip("|").split("|")] if table else []
+        assert header[:1] == ["stream_id"] and "kind" in header, done.stdout[-3000:]
+        kinds = {row.strip("|").split("|")[header.index("kind")].strip() for row in table[1:]}
+        assert "ev" in kinds, done.stdout[-3000:]
+
     def test_worker_saw_every_fact_once(self, summary: dict[str, Any]) -> None:
         main, worker = summary["positions"]["main"], summary["positions"]["worker"]
         assert set(main) == set(worker) == {"events", "backfill", "account_data", "to_device", "caches"}

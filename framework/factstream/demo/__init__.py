@@ -220,8 +220,12 @@ class Demo:
             out.print(f"Parquet files: {where}/<job>/export_range=<from>-<upto>/part-*.parquet", **PLAIN)
             out.print("read them with pyarrow, which this environment's Python has, from any shell:", **PLAIN)
             out.print(f"  {read_parquet_command(first['output'])}", **PLAIN)
-            out.print(f"or in Spark (its shell: {shlex.quote(str(Path(sys.executable).parent / 'pyspark'))}):", **PLAIN)
-            out.print(f'  spark.read.parquet("{first["output"]}").show()', **PLAIN)
+            # The pyspark script runs `python3` from PATH unless told which Python to use (a plain shell's
+            # has no pyspark).
+            python, pyspark = (shlex.quote(str(Path(sys.executable).parent / name)) for name in ("python", "pyspark"))
+            out.print("or in Spark's shell, started with:", **PLAIN)
+            out.print(f"  PYSPARK_PYTHON={python} {pyspark}", **PLAIN)
+            out.print(f'then: spark.read.parquet("{first["output"]}").show()', **PLAIN)
         data = {
             "checks": checks,
             "record": asdict(record),
