@@ -63,7 +63,7 @@ def new_stream(choices: Choices, plugins: PluginHost, out: Console, *, interacti
         root = target.parent.parent
         _wire_workspace(root, target)
         steps = [
-            "uv sync --all-packages",
+            "uv sync --all-packages --inexact",
             f"uv run factstream migrate --plugin {plugin.name}",
             f"uv run pytest {shown}",
         ]
