@@ -67,7 +67,7 @@ FROM events e
 
 def fill(url: str, events: int) -> None:
     """``events`` events in :data:`ROOMS` rooms, each room's by its owner among :data:`WRITERS`."""
-    from factstream_events.sharding import writer_for
+    from factstream_events.shared.sharding import writer_for
 
     owners = [(r, f"!room{r}:example.org", writer_for(f"!room{r}:example.org", WRITERS)) for r in range(ROOMS)]
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:

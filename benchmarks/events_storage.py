@@ -111,7 +111,7 @@ class RemoteRoom:
     """A room as a remote server writes it: room version 10 events with reference-hash IDs, linear.
 
     The hashes are computed here with a short version of the plugin's rules for the events this
-    generator makes; the first events of each type are checked against ``factstream_events.eventid``.
+    generator makes; the first events of each type are checked against ``factstream_events.rules.eventid``.
     """
 
     checked: set[str] = set()
@@ -149,7 +149,7 @@ class RemoteRoom:
         event_id = "$" + _b64(hashlib.sha256(_canonical(pruned)).digest(), url_safe=True)
         event["signatures"] = {SERVER: {"ed25519:key1": _SIGNATURE}}
         if event_type not in RemoteRoom.checked:
-            from factstream_events.eventid import event_id_for
+            from factstream_events.rules.eventid import event_id_for
 
             assert event_id_for(event, ROOM_VERSION) == event_id, "the generator's hash rules drifted"
             RemoteRoom.checked.add(event_type)
@@ -727,7 +727,7 @@ ORDER BY r.last_stream_ordering DESC NULLS LAST, c.room_id LIMIT %(rooms)s
 
 
 def _newest_sql() -> str:
-    from factstream_events.reads import COLUMNS
+    from factstream_events.shared.stored import COLUMNS
 
     return (
         f"SELECT {COLUMNS}, j.json FROM events e JOIN event_json j ON j.event_id = e.event_id"
@@ -739,7 +739,7 @@ def _newest_sql() -> str:
 async def per_room(host: Host, user: str, top: int, limit: int, *, ranked: bool) -> list[tuple[str, list[bytes]]]:
     """The baseline: one query per room for its newest events (``ranked``: only the top rooms by
     ``rooms.last_stream_ordering``, else every room of the user, ranked by what was read)."""
-    from factstream_events.reads import row_of
+    from factstream_events.shared.stored import row_of
 
     reads = store_of(host).reads
     newest = _newest_sql()

@@ -7,7 +7,7 @@ For each N in 1, 2 and 4, on a fresh scratch database:
   ``stream_writers.backfill`` both ``[w1 .. wN]``) and a ``main`` instance that writes neither (the
   first entry of the ``instance_map``: it serves TCP replication, so every writer gets the others'
   rows through it, as in a deployment). Each writer gets 4 rooms whose owner is that writer
-  (``factstream_events.sharding.writer_for(room, [w1 .. wN])``), and this process sends each room's
+  (``factstream_events.shared.sharding.writer_for(room, [w1 .. wN])``), and this process sends each room's
   batches to its writer's ``POST /rooms/{room_id}/remote_events`` (a writer token), one keep-alive
   connection and one request at a time per room, every room in flight at once. The events are made
   beforehand as ``events_storage`` makes them (room version 10, hashes and a signature, no
@@ -320,7 +320,7 @@ def writer_names(count: int) -> list[str]:
 
 def pick_rooms(writers: Sequence[str], per_writer: int) -> dict[str, list[RemoteRoom]]:
     """``per_writer`` new rooms for each writer, each owned by it under the sharding of ``writers``."""
-    from factstream_events.sharding import writer_for
+    from factstream_events.shared.sharding import writer_for
 
     rooms: dict[str, list[RemoteRoom]] = {w: [] for w in writers}
     i = 0

@@ -405,12 +405,15 @@ def test_the_cycle_check_catches_cycles(tmp_path):
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
-def documented_layers(text: str) -> list[tuple[str, list[str]]]:
-    """The layers of docs/architecture.md's "Layers" table, lowest first: ``(name, module names)``.
+def documented_layers(text: str, heading: str = "## Layers") -> list[tuple[str, list[str]]]:
+    """The layers of the table under ``heading`` (docs/architecture.md's "Layers" for the core), lowest
+    first: ``(name, module names)``.
 
-    Module names are relative to the package (``caches.lru``); ``__init__`` is the package itself.
+    Module names are relative to the package (``caches.lru``); ``__init__`` is the package itself. A
+    layer's name starts with its rank (``3. write wing``); two rows of one rank are side by side.
     """
-    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    level = heading.split(" ", 1)[0]
+    section = text.split(f"\n{heading}\n", 1)[1].split(f"\n{level} ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("|")][2:]  # after the header and rule
     return [(row.split("|")[1].strip(), re.findall(r"`([^`]+)`", row.split("|")[2])) for row in rows]
 
@@ -419,7 +422,8 @@ def layer_violations(graph: dict[str, dict[str, int]], layers: list[tuple[str, l
     """Imports in ``graph`` (:func:`import_graph`: every import counts, lazy and type-only ones too) that
     run up ``layers``, and modules that no layer places.
 
-    A module belongs to the layer of the longest listed name that is it or a package above it.
+    A module belongs to the layer of the longest listed name that is it or a package above it. Layers
+    of one rank (their names start with the same number) are side by side: neither imports the other.
     Importing a module runs the ``__init__`` of each package above it: that counts as importing what
     that ``__init__`` imports (nothing, for most packages; a leaf helper, for one whose names are
     imported at first use), unless the importer is inside the package already (Python ran it first).
@@ -427,6 +431,7 @@ def layer_violations(graph: dict[str, dict[str, int]], layers: list[tuple[str, l
     checked.
     """
     level = {name: index for index, (_, names) in enumerate(layers) for name in names}
+    ranks = [int(m.group()) if (m := re.match(r"\d+", name)) else index for index, (name, _) in enumerate(layers)]
 
     def layer_of(module: str) -> int | None:
         parts = module.split(".")[1:] or ["__init__"]
@@ -451,10 +456,11 @@ def layer_violations(graph: dict[str, dict[str, int]], layers: list[tuple[str, l
                 ]  # fmt: skip
                 for dep, how in reached:
                     theirs = layer_of(dep)
-                    if theirs is not None and theirs > mine:
-                        out.append(
-                            f"{module} (line {line}, layer {layers[mine][0]}) {how} {dep} (layer {layers[theirs][0]})"
-                        )
+                    if theirs is None or theirs == mine or ranks[theirs] < ranks[mine]:
+                        continue
+                    beside = ", beside it" if ranks[theirs] == ranks[mine] else ""
+                    where = f"{module} (line {line}, layer {layers[mine][0]})"
+                    out.append(f"{where} {how} {dep} (layer {layers[theirs][0]}{beside})")
     return out
 
 
@@ -498,27 +504,68 @@ def test_the_layer_check_catches_imports_up_and_through_a_package_init(tmp_path)
     (core / "high" / "top.py").write_text("")
     (core / "mid.py").write_text("from pkg.low.b import B\nfrom pkg.box.item import I\nimport pkg.cheap.thing\n")
     (core / "stray.py").write_text("")
+    (core / "left.py").write_text("import pkg.low.a\n")
+    (core / "right.py").write_text("import pkg.left\n")  # a wing importing the one beside it
     layers = [
-        ("bottom", ["base", "quiet", "box.item", "cheap.thing"]),
-        ("lower", ["low", "mid"]),
-        ("upper", ["high", "box", "cheap", "__init__"]),
+        ("1. bottom", ["base", "quiet", "box.item", "cheap.thing"]),
+        ("2. lower", ["low", "mid"]),
+        ("3. left wing", ["left"]),
+        ("3. right wing", ["right"]),
+        ("4. upper", ["high", "box", "cheap", "__init__"]),
     ]
 
     assert layer_violations(import_graph(core), layers) == [
         "pkg.stray is in no layer (add it to the Layers table)",
-        "pkg.base (line 2, layer bottom) imports pkg.high.top (layer upper)",
-        "pkg.mid (line 2, layer lower) imports pkg.box.item, which runs pkg.box, which imports pkg.box.machine"
-        " (layer upper)",
+        "pkg.base (line 2, layer 1. bottom) imports pkg.high.top (layer 4. upper)",
+        "pkg.mid (line 2, layer 2. lower) imports pkg.box.item, which runs pkg.box, which imports pkg.box.machine"
+        " (layer 4. upper)",
+        "pkg.right (line 1, layer 3. right wing) imports pkg.left (layer 3. left wing, beside it)",
     ]
 
 
 def plugin_packages() -> list[Path]:
     return sorted(
         package
-        for root in ("plugins", "tests/plugins", "docs/examples")
+        for root in ("plugins", "tests/plugin_projects", "docs/examples")
         for package in (ROOT / root).glob("*/factstream_*")
         if (package / "__init__.py").exists()
     )
+
+
+#: Where each bundled plugin's layer table is: its page, and the table's heading there.
+PLUGIN_LAYERS = {
+    "factstream_events": ("docs/plugins/events.md", "## Layers"),
+    "factstream_account_data": ("docs/plugins/account_data.md", "## Layers"),
+    "factstream_to_device": ("docs/plugins/to_device.md", "## Layers"),
+    "factstream_caches": ("docs/caches.md", "### Layers of the caches plugin"),
+}
+
+
+def test_every_bundled_plugin_has_a_layer_table():
+    assert set(PLUGIN_LAYERS) == bundled_plugin_packages()
+
+
+def test_the_plugin_packages_are_found_where_they_are():
+    """The test plugin projects and the docs' example are checked too (a renamed folder once hid them)."""
+    found = {str(p.relative_to(ROOT)).split("/")[0:2][0] for p in plugin_packages()}
+    assert found == {"plugins", "tests", "docs"}
+    assert len([p for p in plugin_packages() if "plugin_projects" in p.parts]) >= 5
+
+
+@pytest.mark.parametrize("package", sorted(PLUGIN_LAYERS))
+def test_each_bundled_plugins_layer_table_places_every_module_and_no_import_runs_up_it(package):
+    doc, heading = PLUGIN_LAYERS[package]
+    [path] = (ROOT / "plugins").glob(f"*/{package}")
+    layers = documented_layers((ROOT / doc).read_text(), heading)
+    graph = import_graph(path)
+    names = [name for _, layer in layers for name in layer]
+    modules = {module.removeprefix(package).lstrip(".") or "__init__" for module in graph}
+    assert len(names) == len(set(names)), f"{doc}: a module is listed in two layers"
+    assert [n for n in names if not any(m == n or m.startswith(n + ".") for m in modules)] == [], doc
+    violations = layer_violations(graph, layers)
+    for violation in violations:
+        print("layers:", violation)
+    assert violations == []
 
 
 @pytest.mark.parametrize("package", plugin_packages(), ids=lambda p: str(p.relative_to(ROOT)))

@@ -42,8 +42,8 @@ from factstream.sync.tokens import MAX_POSITION, parse_position
 from factstream.testing import HostCluster
 
 try:
-    from factstream_events.tokens import RoomToken
-    from factstream_events.tokens import TokenError as PluginTokenError
+    from factstream_events.rules.tokens import RoomToken
+    from factstream_events.rules.tokens import TokenError as PluginTokenError
 except ModuleNotFoundError:  # the bundled events plugin is not installed: its tests skip
     RoomToken = None  # type: ignore[assignment,misc]
     PluginTokenError = ValueError  # type: ignore[assignment,misc]

@@ -6,12 +6,12 @@ Built on factstream's public API only, exactly as a third-party plugin would be:
   several rows per ID) and ``backfill`` (a backwards stream: backfilled events, never "new");
 * tables in the migration branch ``events`` (``factstream_events.migrations``);
 * the Python API ``host.state(EventsStore)`` (``factstream_events.store``) and its reads
-  (``factstream_events.reads``); HTTP routes (``factstream_events.routes``);
+  (``factstream_events.read.reads``); HTTP routes (``factstream_events.routes``);
 * caches: the change caches of ``Timeline`` and the caches of immutable facts
-  (``factstream_events.caches``), all registered, so all in ``host.caches`` and on ``/metrics``;
+  (``factstream_events.shared.caches``), all registered, so all in ``host.caches`` and on ``/metrics``;
 * hooks for other plugins, ``resolve_state`` and ``check_local_event`` (``factstream_events.hookspecs``),
   with this plugin's defaults registered last;
-* settings ``plugins.events`` (``factstream_events.settings``).
+* settings ``plugins.events`` (``factstream_events.shared.settings``).
 """
 
 from __future__ import annotations
@@ -35,13 +35,16 @@ from factstream import (
     SyncRequest,
     cached_specs,
 )
-from factstream_events import censor, hookspecs, invalidations
-from factstream_events.caches import IMMUTABLE_CACHES
+from factstream_events import hookspecs, invalidations
 from factstream_events.export import EXPORT_JOBS
 from factstream_events.invalidations import RoomState
-from factstream_events.policy import RoomFacts, check
+from factstream_events.read.sync import wake
+from factstream_events.read.timeline import Timeline
 from factstream_events.routes import ROUTES
-from factstream_events.rows import (
+from factstream_events.rules.policy import RoomFacts, check
+from factstream_events.rules.statemath import State, default_resolve
+from factstream_events.shared.caches import IMMUTABLE_CACHES
+from factstream_events.shared.rows import (
     BACKFILL_SEQUENCE,
     BACKFILL_STREAM,
     BACKFILL_TABLES,
@@ -51,20 +54,18 @@ from factstream_events.rows import (
     BackfillRow,
     EventsRow,
 )
-from factstream_events.settings import EventsSettings
-from factstream_events.sharding import check_backfill_writers
-from factstream_events.statemath import State, default_resolve
+from factstream_events.shared.settings import EventsSettings
+from factstream_events.shared.sharding import check_backfill_writers
 from factstream_events.store import EventsStore
-from factstream_events.sync import wake
-from factstream_events.timeline import Timeline
 from factstream_events.updates import events_updates
+from factstream_events.write import censor
 
 #: The field of the sync token that follows the events stream (a room token: ``s<pos>``).
 SYNC_KEY = "room_key"
 
 
 async def sync_rooms(request: SyncRequest) -> dict[str, Any]:
-    """The ``rooms`` section of ``/sync`` (``factstream_events.sync``)."""
+    """The ``rooms`` section of ``/sync`` (``factstream_events.read.sync``)."""
     return await request.host.state(EventsStore).sync(request)
 
 
@@ -116,9 +117,9 @@ def register_invalidations(register: Callable[[InvalidationSpec], None]) -> None
 @factstream.hookimpl
 async def startup(host: HostApi) -> None:
     """Refuse a configuration whose ``backfill`` writers are not the ``events`` writers
-    (``factstream_events.sharding``); make this process's events store (its change caches start at
+    (``factstream_events.shared.sharding``); make this process's events store (its change caches start at
     the stream's position now), teach the change caches the latest changes from the database, and
-    start the censor job where it runs (``factstream_events.censor``)."""
+    start the censor job where it runs (``factstream_events.write.censor``)."""
     check_backfill_writers(host)
     await host.state(EventsStore).timeline.prefill()
     censor.start(host)
@@ -154,13 +155,13 @@ def register_hookspecs(register: Callable[[object], None]) -> None:
 
 @factstream.hookimpl(trylast=True)
 def resolve_state(room_id: str, room_version: str, states: Sequence[State]) -> State:
-    """The default resolver (``factstream_events.statemath.default_resolve``)."""
+    """The default resolver (``factstream_events.rules.statemath.default_resolve``)."""
     return default_resolve(states)
 
 
 @factstream.hookimpl(trylast=True)
 def check_local_event(event: Mapping[str, object], facts: RoomFacts) -> bool | str:
-    """The default local policy (``factstream_events.policy``)."""
+    """The default local policy (``factstream_events.rules.policy``)."""
     return check(event, facts) or True
 
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from factstream import ExportColumnKind, ExportJobSpec, ExportSource
-from factstream_events.rows import BACKFILL_STREAM, STREAM
-from factstream_events.served import pruned_json
+from factstream_events.shared.rows import BACKFILL_STREAM, STREAM
+from factstream_events.shared.served import pruned_json
 
 #: The columns of the ``events`` jobs, in order, with the SQL of each (``e``: events, ``j``:
 #: event_json, ``r``: rooms).

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import factstream
-from factstream_events.policy import RoomFacts
-from factstream_events.statemath import State
+from factstream_events.rules.policy import RoomFacts
+from factstream_events.rules.statemath import State
 
 
 @factstream.hookspec(firstresult=True)
@@ -24,7 +24,7 @@ def resolve_state(room_id: str, room_version: str, states: Sequence[State]) -> S
     ``states`` are ``type -> state_key -> event_id`` maps, in order of preference: the state after
     the deepest prev_event first (ties: the later stream ordering first). Return the resolved map (a
     coroutine may be returned and is awaited), or None to leave the decision to the next
-    implementation. The default (``factstream_events.statemath.default_resolve``) keeps every key of
+    implementation. The default (``factstream_events.rules.statemath.default_resolve``) keeps every key of
     every state, the first state holding a key winning it.
     """
 
@@ -34,8 +34,8 @@ def check_local_event(room_id: str, event: Mapping[str, Any], state: State, fact
     """Whether this server may create ``event`` (a local event, complete but for its hashes and ID).
 
     ``state`` is the room's state before the event (``type -> state_key -> event_id``), ``facts``
-    a ``factstream_events.policy.RoomFacts`` (creator, power levels, join rule, the memberships of the
+    a ``factstream_events.rules.policy.RoomFacts`` (creator, power levels, join rule, the memberships of the
     sender and the target). Return True to allow it, a sentence (str) to refuse it with that reason
     (403), or None to leave the decision to the next implementation. The default is
-    ``factstream_events.policy.check``.
+    ``factstream_events.rules.policy.check``.
     """

@@ -10,7 +10,7 @@ Per row kind:
 * ``ev`` (a new event, or an outlier persisted again, at its new ID): the event's own
   :data:`EVENT_FACTS` entry; for a redaction, its target's; unless it is an outlier, the room's
   :data:`ROOM_LATEST` entry and its entry in the room change cache (``Timeline.rooms``); for a member
-  event, the target user's :data:`~factstream_events.timeline.ROOMS_FOR_USER` entry and their entry in
+  event, the target user's :data:`~factstream_events.read.timeline.ROOMS_FOR_USER` entry and their entry in
   the membership change cache (``Timeline.members``);
 * ``state`` (one current-state change): the room's current state through the core's ``cs_cache_fake``
   fan-out (``host.caches.invalidate_room_state_local``: every cache declared with
@@ -32,10 +32,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from factstream import Caches, HostApi, InvalidationSpec, cached
-from factstream_events.rows import EV, STATE, STATE_ALL, STREAM, EventsRow, event_data, state_data
+from factstream_events.read.timeline import ROOMS_FOR_USER, Timeline
+from factstream_events.rules.validate import MEMBER
+from factstream_events.shared.rows import EV, STATE, STATE_ALL, STREAM, EventsRow, event_data, state_data
 from factstream_events.store import EventsStore
-from factstream_events.timeline import ROOMS_FOR_USER, Timeline
-from factstream_events.validate import MEMBER
 
 #: A room's current state, ``(type, state_key) -> event_id``, by ``(room_id,)``.
 CURRENT_STATE_IDS = "events_current_state_ids"

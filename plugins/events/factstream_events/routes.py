@@ -24,16 +24,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from factstream import HostApi, HttpError, RouteSpec, caller_can_write, calling_user, read_body, require_writer
-from factstream_events.canonical import EventJsonError, parse_event_json
-from factstream_events.contentrules import REDACT_ROUTE, STATE_TYPES, is_user_id, state_route
-from factstream_events.errors import EventsError, MisdirectedWrite
-from factstream_events.reads import DEFAULT_PAGE, MAX_PAGE, Reads
-from factstream_events.rows import BACKFILL_STREAM, STREAM
-from factstream_events.settings import EventsSettings
-from factstream_events.sharding import refuse_misdirected
+from factstream_events.read.reads import DEFAULT_PAGE, MAX_PAGE, Reads
+from factstream_events.read.timeline import DEFAULT_TIMELINE, RoomTimeline
+from factstream_events.rules.canonical import EventJsonError, parse_event_json
+from factstream_events.rules.contentrules import REDACT_ROUTE, STATE_TYPES, is_user_id, state_route
+from factstream_events.rules.errors import EventsError, MisdirectedWrite
+from factstream_events.rules.validate import REDACTION
+from factstream_events.shared.rows import BACKFILL_STREAM, STREAM
+from factstream_events.shared.settings import EventsSettings
+from factstream_events.shared.sharding import refuse_misdirected
 from factstream_events.store import EventsStore, RemoteEvent
-from factstream_events.timeline import DEFAULT_TIMELINE, RoomTimeline
-from factstream_events.validate import REDACTION
 
 Endpoint = Callable[[Request, HostApi], Awaitable[Any]]
 MAX_ID = 255

@@ -2,15 +2,15 @@
 
 Writes (on a writer of the ``events`` stream):
 
-* local events, which this server creates (``factstream_events.create``): :meth:`EventsStore.create_room`,
+* local events, which this server creates (``factstream_events.write.create``): :meth:`EventsStore.create_room`,
   :meth:`send` (idempotent per transaction ID), :meth:`change_membership`, :meth:`redact`;
 * remote events, stored as received: :meth:`persist_remote`.
 
-Both end in ``factstream_events.persist``, under the room's lock. With several writers each room has
-one (``factstream_events.sharding``): a write of a room another instance writes raises
-:class:`~factstream_events.errors.MisdirectedWrite` naming it, before anything is read or stored.
+Both end in ``factstream_events.write.persist``, under the room's lock. With several writers each room has
+one (``factstream_events.shared.sharding``): a write of a room another instance writes raises
+:class:`~factstream_events.rules.errors.MisdirectedWrite` naming it, before anything is read or stored.
 
-Reads (any process): see ``factstream_events.reads`` (:attr:`EventsStore.reads`).
+Reads (any process): see ``factstream_events.read.reads`` (:attr:`EventsStore.reads`).
 """
 
 from __future__ import annotations
@@ -26,24 +26,17 @@ import psycopg
 
 from factstream import HostApi, LruCache
 from factstream_events import hookspecs
-from factstream_events.batch import NewEvent, Persisted
-from factstream_events.caches import ROOM_CREATORS, STATE_CONTENTS
-from factstream_events.canonical import MAX_CANONICAL_INT, CanonicalJsonError, EventJsonError, parse_event_json
-from factstream_events.contentrules import HISTORY_VISIBILITIES
-from factstream_events.create import Draft, EventCreator
-from factstream_events.errors import EventConflict, InvalidEvent, MisdirectedWrite, UnknownEvent, UnknownRoom
-from factstream_events.eventid import EventIdError, event_id_for, is_valid_event_id
-from factstream_events.persist import Origin, Persister
-from factstream_events.policy import LEVEL_DEFAULTS, RoomFacts
-from factstream_events.prune import KNOWN_ROOM_VERSIONS, UnknownRoomVersion, check_room_version
-from factstream_events.reads import Reads
-from factstream_events.served import now_ms
-from factstream_events.sharding import new_room_id, refuse_misdirected
-from factstream_events.statemath import State, default_resolve
-from factstream_events.statestore import StateStore
-from factstream_events.sync import RoomSync
-from factstream_events.timeline import Timeline
-from factstream_events.validate import (
+from factstream_events.read.reads import Reads
+from factstream_events.read.sync import RoomSync
+from factstream_events.read.timeline import Timeline
+from factstream_events.rules.canonical import MAX_CANONICAL_INT, CanonicalJsonError, EventJsonError, parse_event_json
+from factstream_events.rules.contentrules import HISTORY_VISIBILITIES
+from factstream_events.rules.errors import EventConflict, InvalidEvent, MisdirectedWrite, UnknownEvent, UnknownRoom
+from factstream_events.rules.eventid import EventIdError, event_id_for, is_valid_event_id
+from factstream_events.rules.policy import LEVEL_DEFAULTS, RoomFacts
+from factstream_events.rules.prune import KNOWN_ROOM_VERSIONS, UnknownRoomVersion, check_room_version
+from factstream_events.rules.statemath import State, default_resolve
+from factstream_events.rules.validate import (
     CREATE,
     HISTORY_VISIBILITY,
     JOIN_RULES,
@@ -55,6 +48,13 @@ from factstream_events.validate import (
     EventFields,
     check_event,
 )
+from factstream_events.shared.caches import ROOM_CREATORS, STATE_CONTENTS
+from factstream_events.shared.clock import now_ms
+from factstream_events.shared.sharding import new_room_id, refuse_misdirected
+from factstream_events.shared.statestore import StateStore
+from factstream_events.write.batch import NewEvent, Persisted
+from factstream_events.write.create import Draft, EventCreator
+from factstream_events.write.persist import Origin, Persister
 
 #: Room versions whose events may hold integers beyond canonical JSON's range (before version 6).
 LOOSE_JSON_VERSIONS = frozenset({"1", "2", "3", "4", "5"})
@@ -93,13 +93,13 @@ class EventsStore:
         self.persister = Persister(host, self.states, self._resolve)
         self.reads = Reads(host, self.states)
         self.timeline = Timeline(host, self.reads)
-        #: The ``rooms`` section of ``/sync`` (``factstream_events.sync``).
+        #: The ``rooms`` section of ``/sync`` (``factstream_events.read.sync``).
         self.sync = RoomSync(host, self.reads, self.timeline)
         #: Contents of state events (immutable): a bounded cache.
         self._contents: LruCache[Mapping[str, Any]] = host.caches.get(STATE_CONTENTS)
         #: The creator each create event names, by its ID (immutable): ``(creator or None,)``.
         self._creators: LruCache[tuple[str | None]] = host.caches.get(ROOM_CREATORS)
-        self.creator = EventCreator(self.reads, self._policy, self._contents, self._creators)
+        self.creator = EventCreator(self._policy, self._contents, self._creators)
 
     # -- hooks -------------------------------------------------------------------------------------
 

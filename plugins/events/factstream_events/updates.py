@@ -7,7 +7,7 @@ so its cost is bounded whatever plan PostgreSQL picks. Half the target for ``ev`
 came back, the page is limited and ends at the last one's ID); then ``state`` rows up to that bound,
 cut back to whole IDs (the rows of one ID are never split: when not even one whole ID fits, that one
 ID's rows come without a limit); then the ex-outlier ``ev`` rows in the range; merged by ID. One ID
-carrying :data:`~factstream_events.rows.STATE_ALL_THRESHOLD` or more ``state`` rows of a room sends
+carrying :data:`~factstream_events.shared.rows.STATE_ALL_THRESHOLD` or more ``state`` rows of a room sends
 one ``state-all`` row instead.
 
 The three reads go in one round trip on one connection (a writer's streamer reads its own rows back
@@ -19,7 +19,7 @@ are the first rows of the range up to the bound, so the page is the one reading 
 from __future__ import annotations
 
 from factstream import Database
-from factstream_events.rows import (
+from factstream_events.shared.rows import (
     STATE_ALL_THRESHOLD,
     EventRowData,
     EventsRow,

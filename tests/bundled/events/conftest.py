@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 from factstream_events import EventsStore
-from factstream_events.reads import Reads
+from factstream_events.read.reads import Reads
 
 from factstream.host.app import Host
 from factstream.plugin.manager import load_plugins

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import psycopg
-from factstream_events.sharding import writer_for
+from factstream_events.shared.sharding import writer_for
 
 from factstream.db.engine import libpq_url
 from factstream.host.app import Host

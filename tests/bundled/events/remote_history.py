@@ -1,6 +1,6 @@
 """Room histories built the way another server sends them: complete events of room version 10 with their
 own ``prev_events``, ``depth``, ``auth_events`` and ``hashes``, and IDs by the reference-hash rule
-(``factstream_events.eventid``), persisted as remote events (the fastest public write path)."""
+(``factstream_events.rules.eventid``), persisted as remote events (the fastest public write path)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from factstream_events.canonical import CanonicalJsonError
-from factstream_events.eventid import content_hash, event_id_for
+from factstream_events.rules.canonical import CanonicalJsonError
+from factstream_events.rules.eventid import content_hash, event_id_for
 from factstream_events.store import EventsStore, RemoteEvent
 
 ROOM_VERSION = "10"

@@ -4,7 +4,7 @@
 * :class:`RoomDriver`: a local room built only through the public routes, each call checked;
 * :func:`history`: a room's events as stored, in topological order (the scenario's ground truth);
 * :func:`expect`: what the rules of docs/plugins/events.md, Who sees what show a user, written from their text and the
-  reference's read rules, independently of ``factstream_events.visibility``;
+  reference's read rules, independently of ``factstream_events.rules.visibility``;
 * :func:`remote_event` / :func:`remote_body`: complete events for ``POST /rooms/{room}/remote_events``;
 * :func:`table_counts`: the row count of every table of the plugin (bad input must leave them alone).
 """

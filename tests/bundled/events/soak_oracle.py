@@ -1,11 +1,11 @@
 """The oracle of the ``/sync`` soak (test_sync_soak.py): which timeline events each user must receive,
 which they may receive, computed from the stored events alone.
 
-It does not use the events plugin's visibility code (``Reads.visible``, ``factstream_events.visibility``):
+It does not use the events plugin's visibility code (``Reads.visible``, ``factstream_events.rules.visibility``):
 it replays each room's membership and history visibility itself, event by event in stream order, from
 the rules of the events semantics (§7), and so checks them instead of repeating them.
 
-**The rule** (what ``/sync`` promises, factstream_events/sync.py), for user U and an event E stored after
+**The rule** (what ``/sync`` promises, factstream_events/read/sync.py), for user U and an event E stored after
 U's client made its initial sync:
 
 * U's membership *at* E is their membership in the state after E; for U's own member event it is the

@@ -10,9 +10,9 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from factstream_events.contentrules import STATE_TYPES
-from factstream_events.errors import InvalidEvent
-from factstream_events.validate import MEMBERSHIPS, REDACTION
+from factstream_events.rules.contentrules import STATE_TYPES
+from factstream_events.rules.errors import InvalidEvent
+from factstream_events.rules.validate import MEMBERSHIPS, REDACTION
 
 from factstream.host.app import Host
 from tests.bundled.events import scenario

@@ -1,4 +1,4 @@
-"""factstream_events.canonical: Matrix canonical JSON and strict parsing of received event JSON.
+"""factstream_events.rules.canonical: Matrix canonical JSON and strict parsing of received event JSON.
 
 The canonical JSON examples are the Matrix specification's (appendices, "Canonical JSON").
 """
@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 import pytest
-from factstream_events.canonical import (
+from factstream_events.rules.canonical import (
     MAX_CANONICAL_INT,
     MIN_CANONICAL_INT,
     CanonicalJsonError,

@@ -8,10 +8,10 @@ import json
 import time
 
 import pytest
-from factstream_events.canonical import canonical_json, parse_event_json
-from factstream_events.censor import censor_once
-from factstream_events.eventid import content_hash, event_id_for
-from factstream_events.prune import prune_event
+from factstream_events.rules.canonical import canonical_json, parse_event_json
+from factstream_events.rules.eventid import content_hash, event_id_for
+from factstream_events.rules.prune import prune_event
+from factstream_events.write.censor import censor_once
 
 from tests.bundled.events.conftest import TOKENS, store_of
 from tests.bundled.events.test_remote import ROOM, body, make
@@ -125,7 +125,7 @@ async def test_a_bad_retention_stops_start_up_naming_the_key(host_cluster):
 
 
 async def test_the_job_runs_by_itself_on_the_events_writer(host_cluster, monkeypatch):
-    from factstream_events import censor
+    from factstream_events.write import censor
 
     from factstream.testing import until
 
@@ -146,7 +146,7 @@ async def test_the_job_runs_by_itself_on_the_events_writer(host_cluster, monkeyp
 
 
 async def test_redactions_of_missing_targets_do_not_stall_the_job(censoring, monkeypatch):
-    from factstream_events import censor
+    from factstream_events.write import censor
 
     monkeypatch.setattr(censor, "BATCH", 2)
     store = store_of(censoring)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from factstream_events.changes import ChangeCache
+from factstream_events.shared.changes import ChangeCache
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

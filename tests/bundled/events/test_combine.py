@@ -1,4 +1,4 @@
-"""Several writes as one statement (``factstream_events.combine``): what the write path relies on."""
+"""Several writes as one statement (``factstream_events.write.combine``): what the write path relies on."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from factstream_events.combine import Writes
+from factstream_events.write.combine import Writes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -21,14 +21,14 @@ from typing import Any
 import msgspec
 import pytest
 from factstream_events import EventsStore, hookspecs
-from factstream_events.errors import EventsError, Forbidden
-from factstream_events.eventid import content_hash, event_id_for
 from factstream_events.migrations import events_0001_create
-from factstream_events.reads import Reads
+from factstream_events.read.reads import Reads
+from factstream_events.read.timeline import Timeline
 from factstream_events.routes import ROUTES
-from factstream_events.settings import EventsSettings
+from factstream_events.rules.errors import EventsError, Forbidden
+from factstream_events.rules.eventid import content_hash, event_id_for
+from factstream_events.shared.settings import EventsSettings
 from factstream_events.store import RemoteEvent
-from factstream_events.timeline import Timeline
 
 from factstream.plugin.manager import load_plugins
 from factstream.testing import HostCluster

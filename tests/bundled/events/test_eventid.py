@@ -1,4 +1,4 @@
-"""factstream_events.eventid: content hashes, reference hashes and event IDs.
+"""factstream_events.rules.eventid: content hashes, reference hashes and event IDs.
 
 Known vectors (events and the hashes/IDs other implementations computed for them):
 
@@ -23,8 +23,8 @@ import hashlib
 from typing import Any
 
 import pytest
-from factstream_events.canonical import CanonicalJsonError, canonical_json, parse_event_json
-from factstream_events.eventid import (
+from factstream_events.rules.canonical import CanonicalJsonError, canonical_json, parse_event_json
+from factstream_events.rules.eventid import (
     EventIdError,
     content_hash,
     event_id_for,
@@ -32,7 +32,7 @@ from factstream_events.eventid import (
     local_event_id,
     reference_hash,
 )
-from factstream_events.prune import KNOWN_ROOM_VERSIONS, UnknownRoomVersion, prune_event
+from factstream_events.rules.prune import KNOWN_ROOM_VERSIONS, UnknownRoomVersion, prune_event
 
 SYNAPSE_MINIMAL = {
     "event_id": "$0:domain",

@@ -14,8 +14,7 @@ import asyncio
 import itertools
 from typing import Any
 
-from factstream_events.create import Draft
-from factstream_events.rows import (
+from factstream_events.shared.rows import (
     EV,
     STATE,
     STATE_ALL,
@@ -31,6 +30,7 @@ from factstream_events.rows import (
 )
 from factstream_events.store import RemoteEvent
 from factstream_events.updates import events_updates
+from factstream_events.write.create import Draft
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

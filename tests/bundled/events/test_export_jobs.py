@@ -1,7 +1,7 @@
 """The events plugin's export jobs, run for real on local Spark over events two writers persisted.
 
 Two in-process writers ``w1`` and ``w2`` of the ``events`` and ``backfill`` streams each write the
-rooms that ``factstream_events.sharding.writer_for`` gives them (remote histories, so the room IDs are
+rooms that ``factstream_events.shared.sharding.writer_for`` gives them (remote histories, so the room IDs are
 chosen), with a redaction, state changes, days apart, and backfilled older events. The jobs run
 incrementally, through an interruption and ``--full``; every time, the output is checked against the
 ``events`` table: each event exactly once, every field, redacted events pruned, and ``room_daily``
@@ -19,8 +19,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from factstream_events.served import pruned_json
-from factstream_events.sharding import writer_for
+from factstream_events.shared.served import pruned_json
+from factstream_events.shared.sharding import writer_for
 
 from factstream.db.engine import libpq_url
 from factstream.export import checkpoints

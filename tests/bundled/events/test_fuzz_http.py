@@ -27,8 +27,8 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from factstream_events.contentrules import LEVELS
 from factstream_events.routes import ROUTES
+from factstream_events.rules.contentrules import LEVELS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from factstream_events.eventid import content_hash, event_id_for
+from factstream_events.rules.eventid import content_hash, event_id_for
 
 from tests.bundled.events.scenario import BOB, MEMBER, Clients, table_counts
 

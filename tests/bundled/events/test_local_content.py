@@ -1,5 +1,5 @@
 """The content of local events of the types the plugin interprets, as the Matrix client-server API
-requires it (``factstream_events.contentrules``): every field of every such type, given every kind of
+requires it (``factstream_events.rules.contentrules``): every field of every such type, given every kind of
 JSON value (and left out), is refused with a 400 naming it exactly when the rule says so, on the state
 and send routes and in ``createRoom``'s ``initial_state``; remote events are stored as received."""
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from factstream_events.contentrules import LEVEL_MAPS, LEVELS
+from factstream_events.rules.contentrules import LEVEL_MAPS, LEVELS
 
 from tests.bundled.events.scenario import ALICE, BOB, MEMBER, Clients, RoomDriver, error_of, remote_event, table_counts
 

@@ -4,7 +4,7 @@ nested content) are read back byte for byte, through the HTTP API and the Python
 
 Floats and integers beyond 2**53 in a message's content are not canonical JSON, but the reference hash
 covers the pruned event (a message's content pruned to ``{}``), so the event still has an ID and must be
-stored as received (``factstream_events.canonical``: "floats or large integers ... must still be stored
+stored as received (``factstream_events.rules.canonical``: "floats or large integers ... must still be stored
 as received"). Where canonical JSON is needed and impossible (a local event's content, a remote event
 whose ID must be hashed over such a number) the answer is a 400 naming the field.
 """
@@ -19,8 +19,8 @@ from typing import Any
 
 import msgspec
 import pytest
-from factstream_events.canonical import MAX_CANONICAL_INT, MIN_CANONICAL_INT, CanonicalJsonError, canonical_json
-from factstream_events.errors import InvalidEvent
+from factstream_events.rules.canonical import MAX_CANONICAL_INT, MIN_CANONICAL_INT, CanonicalJsonError, canonical_json
+from factstream_events.rules.errors import InvalidEvent
 from factstream_events.store import RemoteEvent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from factstream_events.tokens import MAX_TOKEN_LENGTH, MAX_WRITERS, Positions, RoomToken, TokenError, WriterRange
+from factstream_events.rules.tokens import MAX_TOKEN_LENGTH, MAX_WRITERS, Positions, RoomToken, TokenError, WriterRange
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -1,4 +1,4 @@
-"""The default local policy (``factstream_events.policy``): who may send what.
+"""The default local policy (``factstream_events.rules.policy``): who may send what.
 
 * the power-levels rule, over random power-levels contents, senders' levels and changes: compared with
   a reference model of the rule written below, with Matrix's own rule (everything it refuses, the
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from factstream_events.eventid import content_hash, event_id_for
-from factstream_events.policy import (
+from factstream_events.rules.eventid import content_hash, event_id_for
+from factstream_events.rules.policy import (
     LEVEL_DEFAULTS,
     WITHOUT_POWER_LEVELS,
     RoomFacts,

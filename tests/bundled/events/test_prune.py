@@ -1,4 +1,4 @@
-"""factstream_events.prune: the Matrix redaction algorithm, room versions 1 to 11.
+"""factstream_events.rules.prune: the Matrix redaction algorithm, room versions 1 to 11.
 
 The expected results are written out from the specification's per-version redaction rules; the worked
 examples at the end are adapted from Synapse's redaction tests (Synapse also keeps some ``unsigned`` keys,
@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 import pytest
-from factstream_events.prune import (
+from factstream_events.rules.prune import (
     KNOWN_ROOM_VERSIONS,
     UnknownRoomVersion,
     check_room_version,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from factstream_events.eventid import content_hash
+from factstream_events.rules.eventid import content_hash
 
 from tests.bundled.events.scenario import (
     ALICE,

@@ -12,7 +12,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from factstream_events.create import Draft
 from factstream_events.invalidations import (
     CURRENT_STATE_IDS,
     EVENT_FACTS,
@@ -20,10 +19,11 @@ from factstream_events.invalidations import (
     ROOM_MEMBERS,
     RoomState,
 )
-from factstream_events.rows import STATE_ALL
+from factstream_events.read.timeline import ROOMS_FOR_USER
+from factstream_events.shared.rows import STATE_ALL
 from factstream_events.store import RemoteEvent
-from factstream_events.timeline import ROOMS_FOR_USER
 from factstream_events.updates import events_updates
+from factstream_events.write.create import Draft
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

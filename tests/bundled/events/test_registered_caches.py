@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from factstream_events.caches import IMMUTABLE_CACHES
+from factstream_events.shared.caches import IMMUTABLE_CACHES
 
 from tests.bundled.events.conftest import store_of
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from factstream_events.canonical import canonical_json
-from factstream_events.eventid import content_hash, event_id_for
+from factstream_events.rules.canonical import canonical_json
+from factstream_events.rules.eventid import content_hash, event_id_for
 
 from tests.bundled.events.conftest import reads_of
 

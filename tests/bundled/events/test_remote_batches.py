@@ -17,9 +17,9 @@ import itertools
 from typing import Any
 
 import httpx
-from factstream_events.eventid import content_hash
+from factstream_events.rules.eventid import content_hash
+from factstream_events.rules.validate import check_event
 from factstream_events.updates import events_updates
-from factstream_events.validate import check_event
 from hypothesis import given
 from hypothesis import strategies as st
 

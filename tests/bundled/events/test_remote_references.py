@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 
 import httpx
-from factstream_events.validate import MEMBER, REDACTION
+from factstream_events.rules.validate import MEMBER, REDACTION
 
 from factstream.host.app import Host
 from tests.bundled.events.conftest import reads_of

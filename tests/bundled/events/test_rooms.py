@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from factstream_events.statemath import flatten
+from factstream_events.rules.statemath import flatten
 
 from tests.bundled.events.conftest import reads_of, store_of
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from factstream_events.prune import prune_event
+from factstream_events.rules.prune import prune_event
 
 from factstream.host.app import Host
 from tests.bundled.events.scenario import (

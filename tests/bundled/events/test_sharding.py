@@ -19,10 +19,10 @@ from typing import Any
 
 import httpx
 import pytest
-from factstream_events.errors import MisdirectedWrite
-from factstream_events.persist import Origin
-from factstream_events.sharding import writer_for
+from factstream_events.rules.errors import MisdirectedWrite
+from factstream_events.shared.sharding import writer_for
 from factstream_events.store import RemoteEvent
+from factstream_events.write.persist import Origin
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from factstream_events.sharding import writer_for
+from factstream_events.shared.sharding import writer_for
 
 from factstream.db.engine import libpq_url
 from factstream.testing import ProcessCluster, RedisServer, free_port, read_json_lines, wait_until

@@ -9,7 +9,7 @@ import random
 from typing import Any
 
 import pytest
-from factstream_events.statestore import StateGroupError, StateStore
+from factstream_events.shared.statestore import StateGroupError, StateStore
 
 from tests.bundled.events.conftest import store_of
 from tests.bundled.events.remote_history import RemoteRoom, persist

@@ -4,7 +4,7 @@ every mapping question exactly as the flat dict of the same state would (propert
 from __future__ import annotations
 
 import pytest
-from factstream_events.statemath import StateMap, flatten
+from factstream_events.rules.statemath import StateMap, flatten
 from hypothesis import given
 from hypothesis import strategies as st
 

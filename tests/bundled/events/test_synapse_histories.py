@@ -19,7 +19,7 @@ writer token, batches in Synapse's stream order, the event IDs left for the plug
 Where the plugin deliberately differs from Synapse, the test asserts the documented behaviour instead:
 the state after a fork whose states disagree is the default resolver's (docs/plugins/events.md,
 "Forks"; :func:`replayed_states`), and a user invited at a change from ``invited`` to ``joined`` sees
-that change (``factstream_events.visibility.check_event``; :func:`widened_changes`). Where the plugin
+that change (``factstream_events.rules.visibility.check_event``; :func:`widened_changes`). Where the plugin
 is wrong, the test is an expected failure naming the bug (:data:`BUGS`).
 
 Synapse is not needed to run this test; without the recording it skips.
@@ -146,7 +146,7 @@ def replayed_states(room: Room) -> tuple[list[dict[Key, str]], dict[int, set[Key
     and the keys on which the prev_events of each merge disagree.
 
     Where an event's prev_events have different states, the plugin's default resolver (documented in
-    docs/plugins/events.md, "Forks", and ``factstream_events.statemath.default_resolve``) keeps every
+    docs/plugins/events.md, "Forks", and ``factstream_events.rules.statemath.default_resolve``) keeps every
     key of every state, and where they disagree the state after the deepest prev_event wins (ties: the
     later stream ordering). Matrix state resolution is out of scope (a plugin supplies it through the
     ``resolve_state`` hook), so where Synapse's state resolution chose otherwise the plugin differs
@@ -283,7 +283,7 @@ def visibility_after(room: Room, index: int) -> str:
 def widened_changes(room: Room, user: str) -> list[int]:
     """The history-visibility changes the plugin shows ``user`` and Synapse deliberately does not.
 
-    Documented in ``factstream_events.visibility.check_event``: for a change from ``invited`` to
+    Documented in ``factstream_events.rules.visibility.check_event``: for a change from ``invited`` to
     ``joined``, Synapse applies the widened value (rule 3) only to its ``world_readable``/``shared``
     shortcut and judges the user's membership by the value set (``joined``), so a user invited, not
     joined, at the change does not see it; the plugin stores one widened visibility (``invited``) and

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from factstream_events.eventid import content_hash, event_id_for
+from factstream_events.rules.eventid import content_hash, event_id_for
 from factstream_events.store import RemoteEvent
 
 from factstream.host.app import Host

@@ -51,7 +51,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from factstream_events.sharding import writer_for
+from factstream_events.shared.sharding import writer_for
 
 from factstream.db.engine import libpq_url
 from factstream.testing import ProcessCluster, free_port, wait_until

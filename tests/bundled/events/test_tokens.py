@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import psycopg
 import pytest
-from factstream_events.tokens import (
+from factstream_events.rules.tokens import (
     MAX_TOKEN_LENGTH,
     Direction,
     RoomToken,

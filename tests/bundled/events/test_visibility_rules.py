@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from factstream_events.visibility import (
+from factstream_events.rules.visibility import (
     MEMBERSHIP_PRIORITY,
     VISIBILITY_PRIORITY,
     EventFacts,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from factstream_events.persist import NewEvent
-from factstream_events.rows import STREAM, EventsRow
-from factstream_events.validate import MEMBER, REDACTION, check_event
+from factstream_events.rules.validate import MEMBER, REDACTION, check_event
+from factstream_events.shared.rows import STREAM, EventsRow
+from factstream_events.write.persist import NewEvent
 
 from factstream.host.app import Host
 from tests.bundled.events.conftest import reads_of, store_of

@@ -94,7 +94,7 @@ def upgrade() -> None:
             sa.PrimaryKeyConstraint("room_id", "event_id"),
         )
     # State groups: immutable states, one row each, stored as a delta against an ancestor (base),
-    # see factstream_events.statemath. parent is the state it was derived from (its lineage);
+    # see factstream_events.rules.statemath. parent is the state it was derived from (its lineage);
     # position the number of changes from the empty state along it; hash the multiset hash of the
     # whole state, unique per room (identical states are stored once).
     op.create_table(

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 from factstream_events import BACKFILL_STREAM_SPEC, EVENTS_STREAM_SPEC
-from factstream_events.statemath import State, default_resolve
+from factstream_events.rules.statemath import State, default_resolve
 
 import factstream
 from factstream import HostApi, RegisterRowsHandler, RowsHandlerSpec

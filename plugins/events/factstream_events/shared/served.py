@@ -17,15 +17,14 @@ Storage is lossless (each event's bytes as received); what goes out is a view of
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from factstream_events.canonical import parse_event_json
-from factstream_events.prune import prune_event
+from factstream_events.rules.canonical import parse_event_json
+from factstream_events.rules.prune import prune_event
 
 __all__ = [
     "CLIENT_DROPPED",
@@ -34,7 +33,6 @@ __all__ = [
     "client_body",
     "client_event",
     "federation_event",
-    "now_ms",
     "pruned_json",
 ]
 
@@ -54,11 +52,6 @@ _top_level = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _int = msgspec.json.Decoder(int)
 #: The encoded form of the usual top-level keys (the others are encoded as they come).
 _KEYS = {k: _encode(k) for k in ("content", "origin_server_ts", "room_id", "sender", "state_key", "type", "redacts")}
-
-
-def now_ms() -> int:
-    """Now, in milliseconds since the epoch: what ``unsigned.age`` is counted to, and the times writes record."""
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ every :data:`INTERVAL_SECONDS`, in batches of :data:`BATCH` redactions, each bat
 * a pruned form that canonical JSON cannot hold (numbers of room versions 1-5) keeps the stored JSON,
   with a warning;
 * the target's ``event_json`` is replaced with the canonical JSON of the pruned event (the room
-  version's rules, :mod:`factstream_events.prune`); reads already pruned it, so what users see does
+  version's rules, :mod:`factstream_events.rules.prune`); reads already pruned it, so what users see does
   not change; a server reading the raw bytes (``?raw=true``) gets the pruned form from then on;
 * the redaction is marked ``censored``, so it is never considered again.
 
@@ -26,10 +26,10 @@ import logging
 import time
 
 from factstream import HostApi
-from factstream_events.canonical import CanonicalJsonError, canonical_json, parse_event_json
-from factstream_events.prune import prune_event
-from factstream_events.rows import STREAM, EventsRow
-from factstream_events.settings import EventsSettings
+from factstream_events.rules.canonical import CanonicalJsonError, canonical_json, parse_event_json
+from factstream_events.rules.prune import prune_event
+from factstream_events.shared.rows import STREAM, EventsRow
+from factstream_events.shared.settings import EventsSettings
 
 log = logging.getLogger(__name__)
 

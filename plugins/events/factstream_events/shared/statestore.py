@@ -5,7 +5,7 @@ that stops at the groups this process already holds, then replays each group's d
 copy from the oldest down, copying a type's map only the first time it changes after a snapshot. A
 group asked for is kept in an LRU bounded by the number of state entries held, and so are the groups
 on the walk that are bases of later groups (positions multiple of
-:data:`~factstream_events.statemath.BRANCHING`) when the walks they can spare are worth the copy their
+:data:`~factstream_events.rules.statemath.BRANCHING`) when the walks they can spare are worth the copy their
 snapshot costs (:func:`_worth_keeping`).
 
 Groups are immutable, so the cache never needs invalidating; a group another process wrote is simply
@@ -30,7 +30,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from factstream_events.statemath import (
+from factstream_events.rules.statemath import (
     BRANCHING,
     EMPTY_HASH,
     EMPTY_STATE,

@@ -32,10 +32,10 @@ from typing import Any
 
 import msgspec
 
-from factstream_events.batch import NewEvent
-from factstream_events.combine import Writes
-from factstream_events.plan import BatchPlan, EventRow, RoomAfter
-from factstream_events.validate import NEVER_SHOWN
+from factstream_events.rules.validate import NEVER_SHOWN
+from factstream_events.write.batch import NewEvent
+from factstream_events.write.combine import Writes
+from factstream_events.write.plan import BatchPlan, EventRow, RoomAfter
 
 _encode_json = msgspec.json.Encoder().encode
 

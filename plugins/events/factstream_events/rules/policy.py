@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from factstream_events.contentrules import LEVEL_MAPS, check_power_levels
-from factstream_events.validate import CREATE, MEMBER, POWER_LEVELS, REDACTION, BadEvent
+from factstream_events.rules.contentrules import LEVEL_MAPS, check_power_levels
+from factstream_events.rules.validate import CREATE, MEMBER, POWER_LEVELS, REDACTION, BadEvent
 
 
 @dataclass(frozen=True)

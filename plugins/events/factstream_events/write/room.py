@@ -22,11 +22,11 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from factstream import Transaction
-from factstream_events.errors import InvalidEvent
-from factstream_events.prune import KNOWN_ROOM_VERSIONS
-from factstream_events.served import now_ms
-from factstream_events.statestore import Group
-from factstream_events.visibility import HistoryVisibility
+from factstream_events.rules.errors import InvalidEvent
+from factstream_events.rules.prune import KNOWN_ROOM_VERSIONS
+from factstream_events.rules.visibility import HistoryVisibility
+from factstream_events.shared.clock import now_ms
+from factstream_events.shared.statestore import Group
 
 #: ``event_id -> (depth, stream ordering, state group)`` of a room's forward extremities.
 Extremities = dict[str, tuple[int, int, int | None]]

@@ -23,7 +23,7 @@ Timelines go through :meth:`Reads.visible`, so history visibility and redactions
 ``/messages`` would hide (the reference's #9923); they are in ``state``, which a member may read.
 A redaction of an event delivered earlier arrives as the redaction event itself.
 
-The change caches (:class:`~factstream_events.changes.ChangeCache`) answer "nothing new" without a
+The change caches (:class:`~factstream_events.shared.changes.ChangeCache`) answer "nothing new" without a
 query; every request also tells the notifier the user's joined rooms (``watch_rooms``), so a new event
 of any of them wakes the user's long poll, and a member event wakes its target.
 """
@@ -39,12 +39,13 @@ import msgspec
 from psycopg import AsyncConnection
 
 from factstream import HostApi, HttpError, SyncRequest, Wake
-from factstream_events.canonical import parse_event_json
-from factstream_events.reads import COLUMNS, Reads, Row, fetch_binary, row_of, token_text
-from factstream_events.rows import EV, EventsRow, event_data
-from factstream_events.timeline import MAX_TIMELINE, Timeline, ex_outliers, membership_changes, new_in_rooms
-from factstream_events.tokens import Positions, WriterRange
-from factstream_events.validate import MEMBER
+from factstream_events.read.reads import Reads, token_text
+from factstream_events.read.timeline import MAX_TIMELINE, Timeline, ex_outliers, membership_changes, new_in_rooms
+from factstream_events.rules.canonical import parse_event_json
+from factstream_events.rules.tokens import Positions, WriterRange
+from factstream_events.rules.validate import MEMBER
+from factstream_events.shared.rows import EV, EventsRow, event_data
+from factstream_events.shared.stored import COLUMNS, Row, fetch_binary, row_of
 
 #: The timeline limit when the filter names none (the reference's default).
 DEFAULT_LIMIT = 10
@@ -586,7 +587,7 @@ def _initial_room(member: Row, upto: int, room_filter: RoomFilter) -> _Room | No
 
 
 async def _together(conn: AsyncConnection[Any], *queries: tuple[str, Mapping[str, Any]]) -> list[list[Any]]:
-    """The rows of each query (binary format, as :func:`~factstream_events.reads.fetch_binary`), all sent
+    """The rows of each query (binary format, as :func:`~factstream_events.shared.stored.fetch_binary`), all sent
     in one round trip (a pipeline): a sync's reads that do not depend on each other wait for the server
     once, not once each."""
     async with contextlib.AsyncExitStack() as stack:

@@ -38,32 +38,9 @@ import psycopg
 from psycopg import AsyncConnection
 
 from factstream import HostApi, Transaction
-from factstream_events import steps
-from factstream_events.batch import (
-    Held,
-    NewEvent,
-    Persisted,
-    batch_order,
-    check_batch,
-    is_create,
-    refuse_another_create,
-    refuse_references_elsewhere,
-    room_version_of_create,
-    triage,
-)
-from factstream_events.errors import EventConflict, UnknownRoom
-from factstream_events.plan import BatchPlan, EventRow, Planner, Resolver
-from factstream_events.room import (
-    LOCK_ROOM,
-    RoomLocks,
-    RoomRow,
-    RoomView,
-    RoomViews,
-    RoomWrite,
-    create_room_row,
-    lock_room,
-)
-from factstream_events.rows import (
+from factstream_events.rules.errors import EventConflict, UnknownRoom
+from factstream_events.shared.clock import now_ms
+from factstream_events.shared.rows import (
     BACKFILL_STREAM,
     STATE_ALL_THRESHOLD,
     STREAM,
@@ -75,9 +52,32 @@ from factstream_events.rows import (
     state_all_row,
     state_row,
 )
-from factstream_events.served import now_ms
-from factstream_events.sharding import refuse_misdirected
-from factstream_events.statestore import HASH_INDEX, StatePlan, StateStore
+from factstream_events.shared.sharding import refuse_misdirected
+from factstream_events.shared.statestore import HASH_INDEX, StatePlan, StateStore
+from factstream_events.write import steps
+from factstream_events.write.batch import (
+    Held,
+    NewEvent,
+    Persisted,
+    batch_order,
+    check_batch,
+    is_create,
+    refuse_another_create,
+    refuse_references_elsewhere,
+    room_version_of_create,
+    triage,
+)
+from factstream_events.write.plan import BatchPlan, EventRow, Planner, Resolver
+from factstream_events.write.room import (
+    LOCK_ROOM,
+    RoomLocks,
+    RoomRow,
+    RoomView,
+    RoomViews,
+    RoomWrite,
+    create_room_row,
+    lock_room,
+)
 
 __all__ = ["AlsoWrite", "Build", "LockedRoom", "NewEvent", "Origin", "Persisted", "Persister", "RoomView"]
 

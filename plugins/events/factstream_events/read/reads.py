@@ -2,8 +2,8 @@
 
 Every read for a user goes through :meth:`Reads.for_user`: the user's membership at each event comes
 from the event's state group (the store computed the event's history visibility once, when it stored
-it), the rules are ``factstream_events.visibility``, and each event shown is served in the client
-format (``factstream_events.served``: the stored values, never re-encoded, less the federation-only
+it), the rules are ``factstream_events.rules.visibility``, and each event shown is served in the client
+format (``factstream_events.shared.served``: the stored values, never re-encoded, less the federation-only
 keys): pruned if redacted, ``unsigned.redacted_because`` telling the user only a redaction they may
 read (:meth:`Reads.readable`), ``prev_content`` from the state before a state event. A server's read
 (``/backfill``, ``/state?server=true``) is the federation format: the stored bytes, redacted events
@@ -13,7 +13,7 @@ pruned; ``raw=true`` is the stored bytes exactly.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -21,28 +21,11 @@ import msgspec
 from psycopg import AsyncConnection
 
 from factstream import HostApi, LruCache
-from factstream_events.caches import (
-    CLIENT_BODIES,
-    MEMBER_AT_GROUP,
-    MEMBER_EVENT_MEMBERSHIP,
-    REPLACES_STATE,
-    ROOM_VERSIONS,
-)
-from factstream_events.canonical import parse_event_json
-from factstream_events.errors import Forbidden, InvalidParam, UnknownEvent, UnknownRoom
-from factstream_events.prune import prune_event
-from factstream_events.served import (
-    REDACTED_MARKER,
-    ClientBody,
-    client_body,
-    client_event,
-    federation_event,
-    now_ms,
-    pruned_json,
-)
-from factstream_events.statemath import StateMap, nest
-from factstream_events.statestore import StateStore
-from factstream_events.tokens import (
+from factstream_events.rules.canonical import parse_event_json
+from factstream_events.rules.errors import Forbidden, InvalidParam, UnknownEvent, UnknownRoom
+from factstream_events.rules.prune import prune_event
+from factstream_events.rules.statemath import StateMap, nest
+from factstream_events.rules.tokens import (
     Positions,
     RoomToken,
     TokenError,
@@ -50,20 +33,30 @@ from factstream_events.tokens import (
     order_by,
     pagination_bounds,
 )
-from factstream_events.validate import MEMBER, NEVER_SHOWN, REDACTION
-from factstream_events.visibility import Verdict, check_event
+from factstream_events.rules.validate import MEMBER, NEVER_SHOWN, REDACTION
+from factstream_events.rules.visibility import Verdict, check_event
+from factstream_events.shared.caches import (
+    CLIENT_BODIES,
+    MEMBER_AT_GROUP,
+    MEMBER_EVENT_MEMBERSHIP,
+    REPLACES_STATE,
+    ROOM_VERSIONS,
+)
+from factstream_events.shared.clock import now_ms
+from factstream_events.shared.served import (
+    REDACTED_MARKER,
+    ClientBody,
+    client_body,
+    client_event,
+    federation_event,
+    pruned_json,
+)
+from factstream_events.shared.statestore import StateStore
+from factstream_events.shared.stored import COLUMNS, Row, fetch_binary, row_of, rows_by_id
 
 MAX_PAGE = 1_000
 DEFAULT_PAGE = 10
 
-COLUMNS = (
-    "e.event_id, e.room_id, e.type, e.state_key, e.sender, e.outlier, e.visibility, e.membership,"
-    " e.prev_membership, e.state_group, e.topological_ordering, e.stream_ordering, e.redacted_by, e.redacts"
-)
-_BY_ID = (
-    f"SELECT {COLUMNS}, j.json FROM events e JOIN event_json j ON j.event_id = e.event_id"
-    " WHERE e.event_id = ANY(%(ids)s)"
-)
 _JSON = "SELECT event_id, json FROM event_json WHERE event_id = ANY(%(ids)s)"
 _ROOM_OF = "SELECT event_id, room_id FROM events WHERE event_id = ANY(%(ids)s)"
 _MEMBERSHIP_OF = "SELECT event_id, membership FROM events WHERE event_id = ANY(%(ids)s)"
@@ -88,30 +81,6 @@ Direction = Literal["b", "f"]
 _MISSING = object()
 
 
-class Row(msgspec.Struct, frozen=True, gc=False):
-    """An event as the reads see it (the ``events`` row and its JSON).
-
-    A struct, not a dataclass: a page builds one per event, and a frozen dataclass of 15 fields takes
-    1.6 µs to build against 0.07 µs (its fields are strings, numbers and bytes: no cycles to collect).
-    """
-
-    event_id: str
-    room_id: str
-    type: str
-    state_key: str | None
-    sender: str
-    outlier: bool
-    visibility: Any
-    membership: str | None
-    prev_membership: str | None
-    state_group: int | None
-    topological: int
-    stream: int
-    redacted_by: str | None
-    redacts: str | None
-    raw: bytes
-
-
 @dataclass(frozen=True, slots=True)
 class Page:
     """A ``/messages`` page: the events shown (``chunk``), where it started and where the next starts."""
@@ -119,19 +88,6 @@ class Page:
     chunk: list[bytes]
     start: str
     end: str | None
-
-
-async def fetch_binary(conn: AsyncConnection[Any], sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-    """The rows of ``sql`` in PostgreSQL's binary format: the stored JSON as its bytes, not as hex text to
-    decode (a third of a ``/messages`` page query's time); every other column loads as in text."""
-    async with conn.cursor(binary=True) as cur:
-        await cur.execute(sql, params)
-        return await cur.fetchall()
-
-
-def row_of(r: Sequence[Any]) -> Row:
-    """A row of ``SELECT {COLUMNS}, j.json`` (psycopg already gives each column its Python type)."""
-    return Row(*r)
 
 
 def _moved_redacts(row: Row, room_version: str) -> str | None:
@@ -189,7 +145,7 @@ class Reads:
         return version
 
     async def rows(self, conn: AsyncConnection[Any], event_ids: Sequence[str]) -> dict[str, Row]:
-        return {r.event_id: r for r in map(row_of, await fetch_binary(conn, _BY_ID, {"ids": list(event_ids)}))}
+        return await rows_by_id(conn, event_ids)
 
     async def _membership_of_events(self, conn: AsyncConnection[Any], event_ids: set[str]) -> dict[str, str | None]:
         """The membership each member event sets (immutable, so kept in a bounded cache)."""
@@ -330,7 +286,7 @@ class Reads:
         *,
         unseen: Collection[str] = (),
     ) -> list[bytes]:
-        """Each event as sent to ``user``, in the client format (``factstream_events.served``): pruned if
+        """Each event as sent to ``user``, in the client format (``factstream_events.shared.served``): pruned if
         redacted, with ``unsigned``: ``membership`` (when given), ``age``, ``redacted_because``
         (:meth:`_redactions`) and, for a state event that replaced another, ``replaces_state``,
         ``prev_content`` and ``prev_sender`` (:meth:`_replaced`), except for the events of ``unseen``

@@ -6,7 +6,7 @@
   their join; a user who never joined, such as one who rejected an invite, gets no timeline of the
   room), newest ``limit`` per room with
   ``limited`` and a ``prev_batch`` token to page back from. Two stream change caches
-  (:mod:`factstream_events.changes`: rooms by their last event, users by their last membership change)
+  (:mod:`factstream_events.shared.changes`: rooms by their last event, users by their last membership change)
   answer "nothing changed" without a query; the rooms that did change are read in one query
   (``LATERAL``, the newest ``limit + 1`` of each).
 * :meth:`Timeline.recent`, a user's recent rooms: the newest ``limit`` events of each of the user's ``rooms``
@@ -27,12 +27,13 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from factstream import Caches, HostApi, cached
-from factstream_events.changes import ChangeCache
-from factstream_events.errors import InvalidParam
-from factstream_events.reads import COLUMNS, Reads, Row, fetch_binary, live_positions, parse_token, row_of, token_text
-from factstream_events.rows import EV, STREAM, EventsRow, event_data
-from factstream_events.tokens import Positions, WriterRange
-from factstream_events.validate import MEMBER
+from factstream_events.read.reads import Reads, live_positions, parse_token, token_text
+from factstream_events.rules.errors import InvalidParam
+from factstream_events.rules.tokens import Positions, WriterRange
+from factstream_events.rules.validate import MEMBER
+from factstream_events.shared.changes import ChangeCache
+from factstream_events.shared.rows import EV, STREAM, EventsRow, event_data
+from factstream_events.shared.stored import COLUMNS, Row, fetch_binary, row_of
 
 #: The cache of each user's joined and invited rooms (invalidated by ``state`` rows of their member key).
 ROOMS_FOR_USER = "events_rooms_for_user"
@@ -45,7 +46,7 @@ SELECT c.room_id, c.membership, e.stream_ordering
 FROM current_state_events c JOIN events e ON e.event_id = c.event_id
 WHERE c.type = 'm.room.member' AND c.state_key = %(user)s AND c.membership IN ('join', 'invite')
 """
-# The reads of what is new for a user, shared with ``/sync`` (``factstream_events.sync``), each over a
+# The reads of what is new for a user, shared with ``/sync`` (``factstream_events.read.sync``), each over a
 # per-writer range (``WriterRange.sql``: an event of writer w is new iff since[w] < its ID <= upto[w]).
 # Lists go in PostgreSQL's binary format (``%(...)b``): psycopg dumps a list of strings as text by
 # quoting each.

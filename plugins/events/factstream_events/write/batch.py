@@ -15,9 +15,9 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from factstream_events.errors import EventConflict, InvalidEvent
-from factstream_events.prune import KNOWN_ROOM_VERSIONS
-from factstream_events.validate import CREATE, EventFields
+from factstream_events.rules.errors import EventConflict, InvalidEvent
+from factstream_events.rules.prune import KNOWN_ROOM_VERSIONS
+from factstream_events.rules.validate import CREATE, EventFields
 
 
 @dataclass(frozen=True, slots=True)

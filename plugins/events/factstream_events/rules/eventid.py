@@ -3,14 +3,14 @@
 * The *content hash* covers the whole event as sent (less ``unsigned``, ``signatures`` and ``hashes``) and
   is carried in the event as ``hashes.sha256``: it lets anyone tell whether a pruned copy had its content
   removed by a redaction or tampered with.
-* The *reference hash* covers the pruned event (see :mod:`factstream_events.prune`), so it survives
+* The *reference hash* covers the pruned event (see :mod:`factstream_events.rules.prune`), so it survives
   redaction. In room versions 1 and 2 the event ID is a separate string chosen by the sending server and
   stored in the event; from version 3 the event ID *is* the reference hash: ``$`` followed by its unpadded
   base64, standard alphabet in version 3 and URL-safe alphabet from version 4.
 
 Pure and dependency-free (standard library only); hashes are computed over
-:func:`~factstream_events.canonical.canonical_json`, so an event holding a float or an integer outside
-canonical JSON's range raises :class:`~factstream_events.canonical.CanonicalJsonError`.
+:func:`~factstream_events.rules.canonical.canonical_json`, so an event holding a float or an integer outside
+canonical JSON's range raises :class:`~factstream_events.rules.canonical.CanonicalJsonError`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import base64
 import hashlib
 from typing import Any
 
-from factstream_events.canonical import canonical_json
-from factstream_events.prune import (
+from factstream_events.rules.canonical import canonical_json
+from factstream_events.rules.prune import (
     KNOWN_ROOM_VERSIONS,
     _kept_top_level_keys,
     _pruned_content,
@@ -88,7 +88,7 @@ _PRUNING = {v: (_rules(v), _kept_top_level_keys(_rules(v))) for v in KNOWN_ROOM_
 
 
 def _pruned_view(event: dict[str, Any], room_version: str) -> dict[str, Any]:
-    """:func:`~factstream_events.prune.prune_event` for hashing only: the kept top-level values are shared
+    """:func:`~factstream_events.rules.prune.prune_event` for hashing only: the kept top-level values are shared
     with ``event``, not copied (the result is encoded and dropped, never changed)."""
     if room_version not in _PRUNING:
         check_room_version(room_version)  # raises UnknownRoomVersion
@@ -106,7 +106,7 @@ def event_id_for(event: dict[str, Any], room_version: str) -> str:
     Versions 1 and 2: the ``event_id`` carried in the event (:class:`EventIdError` when it is missing or
     not a valid event ID). Version 3: ``$`` and the unpadded standard base64 of :func:`reference_hash`.
     Versions 4 to 11: the same with the URL-safe alphabet (``-`` and ``_`` for ``+`` and ``/``). Other
-    room versions raise :class:`~factstream_events.prune.UnknownRoomVersion`.
+    room versions raise :class:`~factstream_events.rules.prune.UnknownRoomVersion`.
     """
     check_room_version(room_version)
     if room_version in _EMBEDDED_ID_VERSIONS:

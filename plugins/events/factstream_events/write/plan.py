@@ -24,15 +24,15 @@ from typing import Any
 import msgspec
 from psycopg import AsyncConnection
 
-from factstream_events.batch import Held, NewEvent
-from factstream_events.canonical import parse_event_json
-from factstream_events.errors import InvalidEvent
-from factstream_events.prune import redacts_target
-from factstream_events.room import Extremities, RoomView, RoomWrite
-from factstream_events.statemath import Delta, State, diff
-from factstream_events.statestore import Group, StatePlan, StateStore
-from factstream_events.validate import CREATE, HISTORY_VISIBILITY, MEMBER, REDACTION
-from factstream_events.visibility import HistoryVisibility, parse_history_visibility, stored_visibility
+from factstream_events.rules.canonical import parse_event_json
+from factstream_events.rules.errors import InvalidEvent
+from factstream_events.rules.prune import redacts_target
+from factstream_events.rules.statemath import Delta, State, diff
+from factstream_events.rules.validate import CREATE, HISTORY_VISIBILITY, MEMBER, REDACTION
+from factstream_events.rules.visibility import HistoryVisibility, parse_history_visibility, stored_visibility
+from factstream_events.shared.statestore import Group, StatePlan, StateStore
+from factstream_events.write.batch import Held, NewEvent
+from factstream_events.write.room import Extremities, RoomView, RoomWrite
 
 #: ``async (room_id, room_version, states in order of preference) -> the state``.
 Resolver = Callable[[str, str, Sequence[State]], Awaitable[State]]

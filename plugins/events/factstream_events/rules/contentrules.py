@@ -2,9 +2,9 @@
 
 :func:`check_local_content` runs on every event this server creates (``send``, ``state``, the
 membership routes, ``redact``, ``createRoom``), before the local policy, and raises
-:class:`~factstream_events.validate.BadEvent` naming the field at fault. It checks shape and type
-only; who may send what is the policy's (``factstream_events.policy``). Remote events are stored as
-received: a remote server's event may hold anything :func:`~factstream_events.validate.check_event`
+:class:`~factstream_events.rules.validate.BadEvent` naming the field at fault. It checks shape and type
+only; who may send what is the policy's (``factstream_events.rules.policy``). Remote events are stored as
+received: a remote server's event may hold anything :func:`~factstream_events.rules.validate.check_event`
 accepts.
 
 The rules (the reference checks the same for the types it validates; this plugin adds the types it
@@ -30,8 +30,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from factstream_events.canonical import MAX_CANONICAL_INT, MIN_CANONICAL_INT
-from factstream_events.validate import (
+from factstream_events.rules.canonical import MAX_CANONICAL_INT, MIN_CANONICAL_INT
+from factstream_events.rules.validate import (
     CREATE,
     HISTORY_VISIBILITY,
     JOIN_RULES,

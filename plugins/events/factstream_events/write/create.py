@@ -1,12 +1,12 @@
 """Creating local events: what this server writes in its own name.
 
 A local event is built from a :class:`Draft` (type, sender, content, state key, redacted event) and
-the room as it is when the batch is written (:class:`~factstream_events.room.RoomWrite`, under the
+the room as it is when the batch is written (:class:`~factstream_events.write.room.RoomWrite`, under the
 room's lock): the server picks its ``prev_events`` (the room's forward extremities, at most
 :data:`MAX_PREV_EVENTS` of the deepest), its ``depth`` (one more than the deepest of them, capped),
 its ``origin_server_ts`` and its ``auth_events``. Its content must pass the content rules
 (``contentrules``) and the local policy (the ``check_local_event`` hook, by default
-``factstream_events.policy``) must allow it against the room's state before it and the room's facts
+``factstream_events.rules.policy``) must allow it against the room's state before it and the room's facts
 (creator, power levels, join rule, memberships, a redaction's target). It is then sealed: its content
 hash, its ID and its canonical bytes (:func:`seal`). A batch's drafts follow one another: each event's
 only prev_event is the one before it, and each state event changes the state the next is checked on.
@@ -21,17 +21,13 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from factstream import LruCache
-from factstream_events.batch import NewEvent
-from factstream_events.canonical import MAX_CANONICAL_INT, CanonicalJsonError, canonical_json, parse_event_json
-from factstream_events.contentrules import check_local_content
-from factstream_events.errors import Forbidden, InvalidEvent
-from factstream_events.eventid import content_hash, event_id_for
-from factstream_events.policy import RoomFacts, creator_of
-from factstream_events.reads import Reads
-from factstream_events.room import RoomWrite
-from factstream_events.served import now_ms
-from factstream_events.statemath import State, apply_delta
-from factstream_events.validate import (
+from factstream_events.rules.canonical import MAX_CANONICAL_INT, CanonicalJsonError, canonical_json, parse_event_json
+from factstream_events.rules.contentrules import check_local_content
+from factstream_events.rules.errors import Forbidden, InvalidEvent
+from factstream_events.rules.eventid import content_hash, event_id_for
+from factstream_events.rules.policy import RoomFacts, creator_of
+from factstream_events.rules.statemath import State, apply_delta
+from factstream_events.rules.validate import (
     CREATE,
     JOIN_RULES,
     MAX_EVENT_BYTES,
@@ -40,6 +36,10 @@ from factstream_events.validate import (
     BadEvent,
     check_event,
 )
+from factstream_events.shared.clock import now_ms
+from factstream_events.shared.stored import rows_by_id
+from factstream_events.write.batch import NewEvent
+from factstream_events.write.room import RoomWrite
 
 #: A local event follows at most this many of the room's deepest forward extremities.
 MAX_PREV_EVENTS = 10
@@ -70,12 +70,10 @@ class EventCreator:
 
     def __init__(
         self,
-        reads: Reads,
         policy: Policy,
         contents: LruCache[Mapping[str, Any]],
         creators: LruCache[tuple[str | None]],
     ) -> None:
-        self.reads = reads
         self.policy = policy
         self._contents = contents
         self._creators = creators
@@ -168,7 +166,7 @@ class EventCreator:
             return creator_of(made.event, room_version)
         hit = self._creators.get((create_id,))
         if hit is None:
-            row = (await self.reads.rows(conn, [create_id])).get(create_id)
+            row = (await rows_by_id(conn, [create_id])).get(create_id)
             hit = (creator_of(parse_event_json(row.raw), room_version) if row else None,)
             self._creators.set((create_id,), hit)
         return hit[0]

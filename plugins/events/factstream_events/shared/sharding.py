@@ -28,8 +28,8 @@ import secrets
 from collections.abc import Sequence
 
 from factstream import ConfigError, HostApi
-from factstream_events.errors import MisdirectedWrite
-from factstream_events.rows import BACKFILL_STREAM, STREAM
+from factstream_events.rules.errors import MisdirectedWrite
+from factstream_events.shared.rows import BACKFILL_STREAM, STREAM
 
 __all__ = [
     "check_backfill_writers",
