@@ -38,8 +38,8 @@ from factstream import (
 from factstream_events import hookspecs, invalidations
 from factstream_events.export import EXPORT_JOBS
 from factstream_events.invalidations import RoomState
-from factstream_events.read.sync import wake
 from factstream_events.read.timeline import Timeline
+from factstream_events.read.wake import wake
 from factstream_events.routes import ROUTES
 from factstream_events.rules.policy import RoomFacts, check
 from factstream_events.rules.statemath import State, default_resolve

@@ -21,14 +21,13 @@ import msgspec
 from psycopg import AsyncConnection
 
 from factstream import HostApi, LruCache
+from factstream_events.read.roomtokens import parse_token, writer_names
 from factstream_events.rules.canonical import parse_event_json
 from factstream_events.rules.errors import Forbidden, InvalidParam, UnknownEvent, UnknownRoom
 from factstream_events.rules.prune import prune_event
 from factstream_events.rules.statemath import StateMap, nest
 from factstream_events.rules.tokens import (
-    Positions,
     RoomToken,
-    TokenError,
     next_token,
     order_by,
     pagination_bounds,
@@ -588,36 +587,3 @@ def _after(token: RoomToken, cap: RoomToken) -> bool:
     if token.topological is None:
         return token.stream > cap.stream
     return (token.topological, token.stream) > (cap.topological or 0, cap.stream)
-
-
-def parse_token(name: str, text: str | None) -> RoomToken | None:
-    """The room token a client gave as parameter ``name`` (None: none given); a 400 naming it if invalid."""
-    if text is None:
-        return None
-    try:
-        return RoomToken.parse(text)
-    except TokenError as exc:
-        raise InvalidParam(f"{name}: {exc}") from None
-
-
-async def writer_names(host: HostApi, name: str, token: RoomToken | None) -> dict[int, str]:
-    """The instance names of the writers ``token`` (parameter ``name``) lists; a 400 naming the parameter
-    when an ID is no instance's (a token of another deployment, or made up)."""
-    if token is None or not token.writers:
-        return {}
-    names = await host.instance_names(i for i, _ in token.writers)
-    unknown = [i for i, _ in token.writers if i not in names]
-    if unknown:
-        raise InvalidParam(f"{name}: invalid room token {str(token)[:40]!r}: no writer has instance ID {unknown[0]}")
-    return names
-
-
-async def live_positions(host: HostApi, name: str, token: RoomToken) -> Positions:
-    """Where the live token ``token`` (parameter ``name``) puts each writer of the events stream."""
-    return token.positions(await writer_names(host, name, token))
-
-
-async def token_text(host: HostApi, positions: Positions) -> str:
-    """The live token of ``positions``: ``s<stream>`` when every writer is at one position, else ``m...``."""
-    ids = await host.instance_ids(positions.ahead) if positions.ahead else {}
-    return str(RoomToken.at(positions, ids))

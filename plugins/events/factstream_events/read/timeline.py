@@ -27,7 +27,8 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from factstream import Caches, HostApi, cached
-from factstream_events.read.reads import Reads, live_positions, parse_token, token_text
+from factstream_events.read.reads import Reads
+from factstream_events.read.roomtokens import live_positions, parse_token, token_text
 from factstream_events.rules.errors import InvalidParam
 from factstream_events.rules.tokens import Positions, WriterRange
 from factstream_events.rules.validate import MEMBER

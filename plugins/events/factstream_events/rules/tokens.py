@@ -32,7 +32,7 @@ The live forms (``s``, ``m``) follow the one rule of a room position in a ``/syn
 (docs/sync.md, "Token strings"): the core reads the ``room_key`` field of ``since`` by it too, and a
 test (tests/host/test_sync_token_input.py) checks on generated strings that both accept exactly the
 same live tokens. Only the moment an unknown instance ID is refused differs: the core's parser
-refuses it, this module's in :meth:`RoomToken.positions` (and the routes, ``reads.writer_names``,
+refuses it, this module's in :meth:`RoomToken.positions` (and the routes, ``roomtokens.writer_names``,
 before any read), so that :meth:`RoomToken.parse` needs no database.
 
 Reading a page: ``WHERE room_id = ... AND <pagination_bounds(...)> ORDER BY <order_by(direction)>
