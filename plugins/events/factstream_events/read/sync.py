@@ -30,9 +30,8 @@ of any of them wakes the user's long poll, and a member event wakes its target.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -40,9 +39,19 @@ from psycopg import AsyncConnection
 
 from factstream import HostApi, SyncRequest
 from factstream_events.read.filters import RoomFilter
+from factstream_events.read.plan import (
+    AFTER_GAP,
+    ReadPlan,
+    RoomPlan,
+    fetch_new,
+    membership_changes,
+    plan_changes,
+    plan_initial,
+    together,
+)
 from factstream_events.read.reads import Reads
 from factstream_events.read.roomtokens import token_text
-from factstream_events.read.timeline import Timeline, ex_outliers, membership_changes, new_in_rooms
+from factstream_events.read.timeline import Timeline
 from factstream_events.rules.canonical import parse_event_json
 from factstream_events.rules.tokens import Positions, WriterRange
 from factstream_events.rules.validate import MEMBER
@@ -97,37 +106,11 @@ FROM unnest(%(rooms)b::text[], %(highs)b::bigint[]) AS r(room_id, high)
 JOIN current_state_delta_stream d ON d.room_id = r.room_id AND d.stream_id < r.high AND {span}
 ORDER BY d.room_id, d.type, d.state_key, d.stream_id DESC
 """
-# The events of rooms that follow a gap: a prev event the room does not hold. Read from the rooms'
-# backward extremities (few, usually none), not by each timeline event's edges (thousands at once).
-_AFTER_GAP = """
-SELECT g.event_id FROM event_backward_extremities b
-JOIN event_edges g ON g.prev_event_id = b.event_id AND g.room_id = b.room_id
-WHERE b.room_id = ANY(%(rooms)b)
-"""
 # The state events of a state section, without their JSON (as ``_NEWEST_IN_ROOMS``).
 _STATE_BY_ID = f"SELECT {COLUMNS}, ''::bytea FROM events e WHERE e.event_id = ANY(%(ids)b)"
 
 
 # -- the reads ---------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Room:
-    """One room of a response while it is built: its section, cap and what it shows."""
-
-    room_id: str
-    section: str  # "join", "invite" or "leave"
-    cap: int  # the last stream ID the room's timeline may reach
-    full_state: bool = False
-    member_event: Row | None = None  # the user's membership event that decided the section
-    rows: list[Row] | None = None  # the timeline's rows, oldest first
-    limited: bool = False
-    prev_batch: str | None = None
-    shown: list[Row] = field(default_factory=list)  # the timeline's rows the user sees, oldest first
-    # a "leave" room: the user's later leaves and bans in the range, shown after the timeline (which
-    # ends where their presence did), and an invite that followed, shown under "invite" too
-    later: list[Row] = field(default_factory=list)
-    invited_again: Row | None = None
 
 
 class RoomSync:
@@ -176,47 +159,18 @@ class RoomSync:
         self, user: str, span: WriterRange, room_filter: RoomFilter, rooms: Iterable[str], member_changed: bool
     ) -> dict[str, Any]:
         """What is new for ``user`` in ``span`` (per writer): ``rooms`` are joined rooms that may have changed."""
-        top = span.high.maximum
-        plan = {room_id: _Room(room_id, "join", top) for room_id in rooms}
         async with self.host.database().autocommit() as conn:
-            if member_changed:
-                for change in map(row_of, await fetch_binary(conn, *membership_changes(user, span))):
-                    _apply_change(plan, change, top)
-            timed = [r for r in plan.values() if r.section != "invite"]
-            await self._new_timelines(conn, user, timed, span, room_filter)
-            return await self._render(conn, user, plan, span, room_filter)
-
-    async def _new_timelines(
-        self, conn: AsyncConnection[Any], user: str, rooms: Sequence[_Room], span: WriterRange, room_filter: RoomFilter
-    ) -> None:
-        """Each room's newest events in ``span`` up to its cap, in stream order."""
-        reading = [r for r in rooms if r.cap > span.low.minimum and not _never_joined(r)]
-        if not reading:
-            return
-        names = [r.room_id for r in reading]
-        caps = {r.room_id: r.cap for r in reading}
-        newest_rows, ex_outlier_rows, after_gap = await _together(
-            conn,
-            new_in_rooms(span, caps, room_filter.limit + 1),
-            ex_outliers(span, names),
-            (_AFTER_GAP, {"rooms": names}),
-        )
-        found: dict[str, dict[str, tuple[int, Row]]] = {}
-        for row in map(row_of, newest_rows):
-            found.setdefault(row.room_id, {})[row.event_id] = (row.stream, row)
-        for r in ex_outlier_rows:
-            row = row_of(r[1:])
-            if int(r[0]) <= caps[row.room_id]:
-                found.setdefault(row.room_id, {})[row.event_id] = (int(r[0]), row)
-        for room in reading:
-            newest = sorted(found.get(room.room_id, {}).values(), key=lambda item: item[0], reverse=True)
-            kept = newest[: room_filter.limit]
-            room.rows = [row for _, row in reversed(kept)]
-            room.limited = len(newest) > room_filter.limit
-            if kept:
+            changes = (
+                [row_of(r) for r in await fetch_binary(conn, *membership_changes(user, span))] if member_changed else []
+            )
+            plan = plan_changes(rooms, changes, span.high.maximum)
+            new = await fetch_new(conn, plan, span, room_filter.limit, gaps=True)
+            timelines = {}
+            for room_id, rows in new.items():
                 # page back from just before the first event shown, each writer no further than the range
-                room.prev_batch = await token_text(self.host, span.high.capped(kept[-1][0] - 1))
-        _mark_gaps(reading, after_gap)
+                prev = await token_text(self.host, span.high.capped(rows.positions[0] - 1)) if rows.rows else None
+                timelines[room_id] = _Timeline(rows.rows, rows.limited, prev)
+            return await self._render(conn, user, plan, timelines, span, room_filter)
 
     # -- initial -----------------------------------------------------------------------------------
 
@@ -224,37 +178,38 @@ class RoomSync:
         """Every room ``user`` is in at ``upto`` (per writer; and rooms left, with ``include_leave``),
         newest events first by topological order."""
         async with self.host.database().autocommit() as conn:
-            plan: dict[str, _Room] = {}
             where, bound = upto.bound("<=", "e.stream_ordering", "e.instance_name", "upto")
             memberships = _MEMBERSHIPS_AT.format(columns=COLUMNS, upto=where)
-            for member in map(row_of, await fetch_binary(conn, memberships, {**bound, "user": user})):
-                room = _initial_room(member, upto.maximum, room_filter)
-                if room is not None:
-                    plan[room.room_id] = room
-            reading = [r for r in plan.values() if r.section != "invite" and not _never_joined(r)]
-            if reading:
-                names = [r.room_id for r in reading]
-                where, bound = upto.bound("<=", "x.stream_ordering", "x.instance_name", "upto")
-                params = {
-                    **bound,
-                    "rooms": names,
-                    "caps": [plan[n].cap for n in names],
-                    "limit": room_filter.limit + 1,
-                }
-                newest = _NEWEST_IN_ROOMS.format(columns=COLUMNS, upto=where)
-                newest_rows, after_gap = await _together(conn, (newest, params), (_AFTER_GAP, {"rooms": names}))
-                found: dict[str, list[Row]] = {}
-                for row in map(row_of, newest_rows):
-                    found.setdefault(row.room_id, []).append(row)
-                for room in reading:
-                    rows = sorted(found.get(room.room_id, ()), key=lambda r: (r.topological, r.stream), reverse=True)
-                    kept = rows[: room_filter.limit]
-                    room.rows = kept[::-1]
-                    room.limited = len(rows) > room_filter.limit
-                    if kept:
-                        room.prev_batch = f"t{kept[-1].topological}-{kept[-1].stream - 1}"
-                _mark_gaps(reading, after_gap)
-            return await self._render(conn, user, plan, None, room_filter)
+            members = map(row_of, await fetch_binary(conn, memberships, {**bound, "user": user}))
+            plan = plan_initial(members, upto.maximum, include_leave=room_filter.include_leave)
+            timelines = await self._newest(conn, plan, upto, room_filter.limit)
+            return await self._render(conn, user, plan, timelines, None, room_filter)
+
+    async def _newest(
+        self, conn: AsyncConnection[Any], plan: ReadPlan, upto: Positions, limit: int
+    ) -> dict[str, _Timeline]:
+        """An initial sync's timelines: each planned room's newest ``limit`` events up to its cap, by
+        topological order (oldest first), every room's in one query."""
+        reading = plan.timelines()
+        if not reading:
+            return {}
+        names = [r.room_id for r in reading]
+        where, bound = upto.bound("<=", "x.stream_ordering", "x.instance_name", "upto")
+        params = {**bound, "rooms": names, "caps": [r.cap for r in reading], "limit": limit + 1}
+        newest = _NEWEST_IN_ROOMS.format(columns=COLUMNS, upto=where)
+        newest_rows, after_gap = await together(conn, (newest, params), (AFTER_GAP, {"rooms": names}))
+        found: dict[str, list[Row]] = {}
+        for row in map(row_of, newest_rows):
+            found.setdefault(row.room_id, []).append(row)
+        after = {str(r[0]) for r in after_gap}
+        out = {}
+        for room_id in names:
+            rows = sorted(found.get(room_id, ()), key=lambda r: (r.topological, r.stream), reverse=True)
+            kept = tuple(rows[:limit][::-1])
+            limited = len(rows) > limit or any(row.event_id in after for row in kept)
+            prev = f"t{kept[0].topological}-{kept[0].stream - 1}" if kept else None
+            out[room_id] = _Timeline(kept, limited, prev)
+        return out
 
     # -- the response ------------------------------------------------------------------------------
 
@@ -262,109 +217,125 @@ class RoomSync:
         self,
         conn: AsyncConnection[Any],
         user: str,
-        plan: Mapping[str, _Room],
+        plan: ReadPlan,
+        timelines: Mapping[str, _Timeline],
         span: WriterRange | None,
         room_filter: RoomFilter,
     ) -> dict[str, Any]:
         """The ``rooms`` section: every room's timeline filtered and formatted for ``user`` together."""
-        rooms = [r for r in plan.values() if r.section == "invite" or r.rows or r.member_event is not None]
-        timelines = await self._timelines(conn, user, rooms, room_filter)
-        states = await self._states(conn, user, rooms, span, room_filter)
+        rooms = [
+            r
+            for r in plan.rooms.values()
+            if r.section == "invite" or (r.room_id in timelines and timelines[r.room_id].rows) or r.member_event
+        ]
+        events, shown = await self._timelines(conn, user, rooms, timelines, room_filter)
+        states = await self._states(conn, user, rooms, timelines, shown, span, room_filter)
         out: dict[str, dict[str, Any]] = {}
         for room in sorted(rooms, key=lambda r: r.room_id):
             if room.section == "invite":
-                assert room.member_event is not None
                 body: dict[str, Any] = {"invite_state": {"events": await self._invite_state(conn, user, room)}}
             else:
-                shown = timelines.get(room.room_id, [])
-                if not shown and not states.get(room.room_id) and room.member_event is None:
+                timeline = timelines.get(room.room_id, _Timeline())
+                served = events.get(room.room_id, [])
+                if not served and not states.get(room.room_id) and room.member_event is None:
                     continue
                 body = {
-                    "timeline": {"events": [_raw(e) for e in shown], "limited": room.limited},
+                    "timeline": {"events": [_raw(e) for e in served], "limited": timeline.limited},
                     "state": {"events": [_raw(e) for e in states.get(room.room_id, [])]},
                 }
-                if room.prev_batch is not None:
-                    body["timeline"]["prev_batch"] = room.prev_batch
+                if timeline.prev_batch is not None:
+                    body["timeline"]["prev_batch"] = timeline.prev_batch
             out.setdefault(room.section, {})[room.room_id] = body
             if room.invited_again is not None:
-                again = _Room(room.room_id, "invite", room.invited_again.stream, member_event=room.invited_again)
+                again = RoomPlan(room.room_id, "invite", room.invited_again.stream, member_event=room.invited_again)
                 invite_state = await self._invite_state(conn, user, again)
                 out.setdefault("invite", {})[room.room_id] = {"invite_state": {"events": invite_state}}
         return out
 
     async def _timelines(
-        self, conn: AsyncConnection[Any], user: str, rooms: Sequence[_Room], room_filter: RoomFilter
-    ) -> dict[str, list[bytes]]:
-        """Each room's timeline as ``user`` may see it (visibility, redactions, ``unsigned``), formatted."""
+        self,
+        conn: AsyncConnection[Any],
+        user: str,
+        rooms: Sequence[RoomPlan],
+        timelines: Mapping[str, _Timeline],
+        room_filter: RoomFilter,
+    ) -> tuple[dict[str, list[bytes]], dict[str, list[Row]]]:
+        """Each room's timeline as ``user`` may see it (visibility, redactions, ``unsigned``), formatted;
+        and the rows shown, by room."""
         rows: list[Row] = []
         for room in rooms:
             if room.section == "invite":
                 continue
-            kept = [r for r in room.rows or () if room_filter.timeline.allows(r.type)]
-            if _never_joined(room) and room.member_event is not None:
+            timeline = timelines.get(room.room_id, _Timeline())
+            kept = [r for r in timeline.rows if room_filter.timeline.allows(r.type)]
+            if room.never_joined and room.member_event is not None:
                 kept = [room.member_event]  # a rejected invite or withdrawn knock: the leave alone
-            rows += kept + room.later
+            rows += kept + list(room.later)
         own = {room.member_event.event_id for room in rooms if room.member_event is not None}
         own.update(row.event_id for room in rooms for row in room.later)
         # the user was in every room here up to its cap: nobody reads a timeline as a stranger
         peeking = dict.fromkeys((room.room_id for room in rooms), False)
-        shown = await self.reads.visible(conn, user, [r for r in rows if r.event_id not in own], is_peeking=peeking)
-        visible = {row.event_id: membership for row, membership in shown}
+        visible_rows = await self.reads.visible(
+            conn, user, [r for r in rows if r.event_id not in own], is_peeking=peeking
+        )
+        visible = {row.event_id: membership for row, membership in visible_rows}
         # the user's own membership events are theirs to see whatever the room's history visibility
         for row in rows:
             if row.event_id in own:
                 visible[row.event_id] = row.membership
         ordered = [(row, visible[row.event_id]) for row in rows if row.event_id in visible]
-        by_id = {room.room_id: room for room in rooms}
+        shown: dict[str, list[Row]] = {}
         for row, _ in ordered:
-            by_id[row.room_id].shown.append(row)
+            shown.setdefault(row.room_id, []).append(row)
         out: dict[str, list[bytes]] = {}
         for (row, _), event in zip(ordered, await self.reads.format(conn, user, ordered), strict=True):
             out.setdefault(row.room_id, []).append(event)
-        return out
+        return out, shown
 
     async def _states(
         self,
         conn: AsyncConnection[Any],
         user: str,
-        rooms: Sequence[_Room],
+        rooms: Sequence[RoomPlan],
+        timelines: Mapping[str, _Timeline],
+        shown: Mapping[str, Sequence[Row]],
         span: WriterRange | None,
         room_filter: RoomFilter,
     ) -> dict[str, list[bytes]]:
         """Each room's ``state``: the whole state at the timeline's end for an initial sync or a room
         joined in the range; otherwise the state changes the timeline skipped (a limited one), and,
         with ``lazy_load_members``, the member events of the timeline's senders."""
-        timed = [r for r in rooms if r.section != "invite" and r.rows]
+        timed = [r for r in rooms if r.section != "invite" and r.room_id in timelines and timelines[r.room_id].rows]
         lazy = room_filter.lazy_load_members
-        at_end = await self._end_states(conn, [r for r in timed if r.full_state or lazy])
+        at_end = await self._end_states(conn, [timelines[r.room_id] for r in timed if r.full_state or lazy])
         wanted: dict[str, dict[tuple[str, str], str]] = {}
         for room in timed:
             end = at_end.get(room.room_id, {})
             if room.full_state:
                 wanted[room.room_id] = dict(end)
             elif lazy:
-                senders = {r.sender for r in room.shown}
+                senders = {r.sender for r in shown.get(room.room_id, ())}
                 wanted[room.room_id] = {(MEMBER, s): end[(MEMBER, s)] for s in senders if (MEMBER, s) in end}
-        skipped = [r for r in timed if not r.full_state and r.limited]
+        skipped = [r for r in timed if not r.full_state and timelines[r.room_id].limited]
         if skipped and span is not None:  # an initial sync's rooms all have their full state
             where, params = span.sql("d.stream_id", "d.instance_name", "span")
             params["rooms"] = [r.room_id for r in skipped]
-            params["highs"] = [min(row.stream for row in r.rows or ()) for r in skipped]
+            params["highs"] = [min(row.stream for row in timelines[r.room_id].rows) for r in skipped]
             cur = await conn.execute(_STATE_CHANGES.format(span=where), params)
             for room_id, event_type, state_key, event_id in await cur.fetchall():
                 if event_id is not None:
                     wanted.setdefault(str(room_id), {})[(str(event_type), str(state_key))] = str(event_id)
-        return await self._state_events(conn, user, rooms, wanted, room_filter)
+        return await self._state_events(conn, user, shown, wanted, room_filter)
 
     async def _end_states(
-        self, conn: AsyncConnection[Any], rooms: Sequence[_Room]
+        self, conn: AsyncConnection[Any], timelines: Sequence[_Timeline]
     ) -> dict[str, dict[tuple[str, str], str]]:
         """The state after each room's last timeline event (topological order), every room's in one load."""
         groups: dict[str, int] = {}
-        for room in rooms:
-            end = max(room.rows or (), key=lambda r: (r.topological, r.stream))
+        for timeline in timelines:
+            end = max(timeline.rows, key=lambda r: (r.topological, r.stream))
             if end.state_group is not None:
-                groups[room.room_id] = end.state_group
+                groups[end.room_id] = end.state_group
         if not groups:
             return {}
         loaded = await self.reads.states.load_groups(conn, {room_id: {g} for room_id, g in groups.items()})
@@ -378,18 +349,16 @@ class RoomSync:
         self,
         conn: AsyncConnection[Any],
         user: str,
-        rooms: Sequence[_Room],
+        shown: Mapping[str, Sequence[Row]],
         wanted: Mapping[str, Mapping[tuple[str, str], str]],
         room_filter: RoomFilter,
     ) -> dict[str, list[bytes]]:
         """The state events ``wanted`` of each room, less those in its timeline and those the filter
         drops (types; with ``lazy_load_members``, the members who sent none of the timeline's events)."""
-        by_room = {r.room_id: r for r in rooms}
         ids: list[str] = []
         for room_id, keys in wanted.items():
-            room = by_room[room_id]
-            in_timeline = {r.event_id for r in room.shown}
-            senders = {r.sender for r in room.shown}
+            in_timeline = {r.event_id for r in shown.get(room_id, ())}
+            senders = {r.sender for r in shown.get(room_id, ())}
             for (event_type, state_key), event_id in sorted(keys.items()):
                 if event_id in in_timeline or not room_filter.state.allows(event_type):
                     continue
@@ -408,7 +377,7 @@ class RoomSync:
             out.setdefault(row.room_id, []).append(event)
         return out
 
-    async def _invite_state(self, conn: AsyncConnection[Any], user: str, room: _Room) -> list[Any]:
+    async def _invite_state(self, conn: AsyncConnection[Any], user: str, room: RoomPlan) -> list[Any]:
         """The invite and the stripped state of its room: from the state after the invite when this
         server holds it, else from the invite's own ``unsigned.invite_room_state`` (a remote invite)."""
         invite = room.member_event
@@ -435,74 +404,14 @@ class RoomSync:
         return [*stripped, *(_raw(e) for e in own)]
 
 
-def _apply_change(plan: dict[str, _Room], change: Row, upto: int) -> None:
-    """A membership change of the user (in stream order) decides its room's section."""
-    room = plan.get(change.room_id)
-    if change.membership == "join":
-        if room is None or room.section != "join" or room.member_event is not None:
-            plan[change.room_id] = _Room(change.room_id, "join", upto, full_state=True, member_event=change)
-        else:  # joined again: the room's whole state, its timeline from the range's start
-            room.full_state, room.member_event = True, change
-    elif change.membership == "invite":
-        if room is not None and room.section == "leave":  # left, then invited again: both sections
-            room.invited_again = change
-        else:
-            plan[change.room_id] = _Room(change.room_id, "invite", change.stream, member_event=change)
-    elif change.membership in ("leave", "ban"):
-        if room is not None and room.section == "leave":  # kicked then banned, a new invite rejected...
-            room.later.append(change)
-            room.invited_again = None
-            return
-        was_in = room is not None and room.section == "join"
-        joined_before = change.prev_membership == "join"
-        section = _Room(change.room_id, "leave", change.stream, member_event=change)
-        section.full_state = room.full_state if room is not None and was_in else False
-        if not (was_in or joined_before):
-            section.cap = -1  # never joined: the leave alone (a rejected invite, a withdrawn knock)
-        plan[change.room_id] = section
+@dataclass(frozen=True, slots=True)
+class _Timeline:
+    """A room's timeline as read, before the user's view: its rows (oldest first), whether it is limited,
+    and the token to page back from."""
 
-
-def _initial_room(member: Row, upto: int, room_filter: RoomFilter) -> _Room | None:
-    """The room an initial sync shows for the user's membership ``member`` at ``upto`` (None: none)."""
-    if member.membership == "join":
-        return _Room(member.room_id, "join", upto, full_state=True)
-    if member.membership == "invite":
-        return _Room(member.room_id, "invite", member.stream, member_event=member)
-    if member.membership in ("leave", "ban") and room_filter.include_leave:
-        room = _Room(member.room_id, "leave", member.stream, full_state=True, member_event=member)
-        if member.prev_membership != "join":
-            room.cap = -1
-        return room
-    return None
-
-
-async def _together(conn: AsyncConnection[Any], *queries: tuple[str, Mapping[str, Any]]) -> list[list[Any]]:
-    """The rows of each query (binary format, as :func:`~factstream_events.shared.stored.fetch_binary`), all sent
-    in one round trip (a pipeline): a sync's reads that do not depend on each other wait for the server
-    once, not once each."""
-    async with contextlib.AsyncExitStack() as stack:
-        await stack.enter_async_context(conn.pipeline())
-        cursors = []
-        for sql, params in queries:
-            cur = await stack.enter_async_context(conn.cursor(binary=True))
-            await cur.execute(sql, params)
-            cursors.append(cur)
-        return [await cur.fetchall() for cur in cursors]
-
-
-def _mark_gaps(rooms: Sequence[_Room], after_gap: Sequence[tuple[Any, ...]]) -> None:
-    """A room whose timeline holds an event that follows a gap in the stored history (``after_gap``: the
-    rows of :data:`_AFTER_GAP` for the rooms) is limited."""
-    if not after_gap:
-        return
-    events = {str(r[0]) for r in after_gap}
-    for room in rooms:
-        if any(row.event_id in events for row in room.rows or ()):
-            room.limited = True
-
-
-def _never_joined(room: _Room) -> bool:
-    return room.cap < 0
+    rows: tuple[Row, ...] = ()
+    limited: bool = False
+    prev_batch: str | None = None
 
 
 def _raw(event: bytes) -> msgspec.Raw:

@@ -20,13 +20,11 @@ as a normal event is new at its ``ex_outlier_stream`` ID.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from psycopg import AsyncConnection
 
 from factstream import Caches, HostApi, cached
+from factstream_events.read.plan import fetch_new, membership_changes, plan_changes
 from factstream_events.read.reads import Reads
 from factstream_events.read.roomtokens import live_positions, parse_token, token_text
 from factstream_events.rules.errors import InvalidParam
@@ -47,58 +45,6 @@ SELECT c.room_id, c.membership, e.stream_ordering
 FROM current_state_events c JOIN events e ON e.event_id = c.event_id
 WHERE c.type = 'm.room.member' AND c.state_key = %(user)s AND c.membership IN ('join', 'invite')
 """
-# The reads of what is new for a user, shared with ``/sync`` (``factstream_events.read.sync``), each over a
-# per-writer range (``WriterRange.sql``: an event of writer w is new iff since[w] < its ID <= upto[w]).
-# Lists go in PostgreSQL's binary format (``%(...)b``): psycopg dumps a list of strings as text by
-# quoting each.
-_MEMBERSHIP_CHANGES = """
-SELECT {columns}, j.json FROM room_memberships m
-JOIN events e ON e.event_id = m.event_id JOIN event_json j ON j.event_id = m.event_id
-WHERE m.user_id = %(user)s AND {range}
-ORDER BY m.stream_ordering
-"""
-_NEW_IN_ROOMS = """
-SELECT {columns}, j.json FROM unnest(%(rooms)b::text[], %(caps)b::bigint[]) AS r(room_id, cap)
-CROSS JOIN LATERAL (
-    SELECT * FROM events x WHERE x.room_id = r.room_id AND NOT x.outlier
-    AND {range} AND x.stream_ordering <= r.cap
-    ORDER BY x.stream_ordering DESC LIMIT %(limit)s
-) e
-JOIN event_json j ON j.event_id = e.event_id
-"""
-_EX_OUTLIERS = """
-SELECT x.stream_id, {columns}, j.json FROM ex_outlier_stream x
-JOIN events e ON e.event_id = x.event_id JOIN event_json j ON j.event_id = x.event_id
-WHERE {range} AND e.room_id = ANY(%(rooms)b)
-"""
-
-
-def membership_changes(user: str, span: WriterRange) -> tuple[str, dict[str, Any]]:
-    """The user's membership events in ``span``, in stream order (``SELECT {COLUMNS}, json``)."""
-    where, params = span.sql("e.stream_ordering", "e.instance_name", "span")
-    return _MEMBERSHIP_CHANGES.format(columns=COLUMNS, range=where), {**params, "user": user}
-
-
-def new_in_rooms(span: WriterRange, caps: Mapping[str, int], limit: int) -> tuple[str, dict[str, Any]]:
-    """The newest ``limit`` events of each room of ``caps`` in ``span`` and at or before its cap (the
-    last stream ID its timeline may reach: a leave's), any order (``SELECT {COLUMNS}, json``)."""
-    where, params = span.sql("x.stream_ordering", "x.instance_name", "span")
-    names = list(caps)
-    return _NEW_IN_ROOMS.format(columns=COLUMNS, range=where), {
-        **params,
-        "rooms": names,
-        "caps": [caps[n] for n in names],
-        "limit": limit,
-    }
-
-
-def ex_outliers(span: WriterRange, rooms: Sequence[str]) -> tuple[str, dict[str, Any]]:
-    """The events of ``rooms`` persisted again as normal events in ``span`` (at their ``ex_outlier_stream``
-    ID and writer): ``SELECT stream_id, {COLUMNS}, json``."""
-    where, params = span.sql("x.stream_id", "x.instance_name", "span")
-    return _EX_OUTLIERS.format(columns=COLUMNS, range=where), {**params, "rooms": list(rooms)}
-
-
 _RECENT = f"""
 WITH ranked AS (
     SELECT c.room_id, c.membership, c.event_id AS member_event,
@@ -254,64 +200,30 @@ class Timeline:
             return nothing
         self.read_database += 1
         async with self.host.database().autocommit() as conn:
-            changes: list[Row] = []
-            caps = dict.fromkeys(rooms, upto.maximum)
-            memberships_now = dict.fromkeys(rooms, "join")
-            if member_changed:
-                changes = [row_of(r) for r in await fetch_binary(conn, *membership_changes(user, span))]
-                for change in changes:
-                    if change.outlier:
-                        continue
-                    if change.membership == "join":
-                        caps[change.room_id] = upto.maximum
-                        memberships_now[change.room_id] = "join"
-                    elif change.prev_membership == "join":
-                        # their leave, kick or ban: their timeline ends there. A leave or ban that
-                        # ends no join (a rejected invite, a withdrawn knock) gives no timeline: the
-                        # user was never in the room (the change itself is in `memberships`)
-                        caps[change.room_id] = change.stream
-                        memberships_now[change.room_id] = str(change.membership)
-            timelines = await self._new_in_rooms(conn, user, caps, memberships_now, span, limit)
+            changes = (
+                [row_of(r) for r in await fetch_binary(conn, *membership_changes(user, span))] if member_changed else []
+            )
+            # A change stored as an outlier (a remote invite, its rejection) decides no timeline here: it
+            # is shown in `memberships` only.
+            plan = plan_changes(rooms, [c for c in changes if not c.outlier], upto.maximum)
+            new = await fetch_new(conn, plan, span, limit, gaps=False)
+            timelines = []
+            for room_id in sorted(new):
+                rows = new[room_id]
+                if not rows.rows:
+                    continue
+                room = plan.rooms[room_id]
+                # a room the user left in the range: their leave, kick or ban ended its timeline
+                left = room.member_event if room.section == "leave" else None
+                membership = str(left.membership) if left is not None else "join"
+                events = await self.reads.for_user(conn, user, list(rows.rows), is_peeking={room_id: False})
+                # page back from just before the first event shown, each writer no further than the range
+                prev_batch = await token_text(self.host, span.high.capped(rows.positions[0] - 1))
+                timelines.append(RoomTimeline(room_id, membership, events, rows.limited, prev_batch))
             # the user's own membership changes are theirs to see whatever the room's history
             # visibility (an invite to a `joined` room too), as the reference's sync sends them
             memberships = await self.reads.format(conn, user, [(c, c.membership) for c in changes])
         return NewEvents(nothing.next, memberships, timelines)
-
-    async def _new_in_rooms(
-        self,
-        conn: AsyncConnection[Any],
-        user: str,
-        caps: dict[str, int],
-        memberships: dict[str, str],
-        span: WriterRange,
-        limit: int,
-    ) -> list[RoomTimeline]:
-        if not caps:
-            return []
-        names = sorted(caps)
-        by_room: dict[str, list[tuple[int, Row]]] = {}
-        for r in await fetch_binary(conn, *new_in_rooms(span, {n: caps[n] for n in names}, limit + 1)):
-            row = row_of(r)
-            by_room.setdefault(row.room_id, []).append((row.stream, row))
-        for r in await fetch_binary(conn, *ex_outliers(span, names)):
-            row = row_of(r[1:])
-            if int(r[0]) <= caps[row.room_id]:
-                by_room.setdefault(row.room_id, []).append((int(r[0]), row))
-        out: list[RoomTimeline] = []
-        for room_id in names:
-            found = by_room.get(room_id)
-            if not found:
-                continue
-            unique = {row.event_id: (position, row) for position, row in found}
-            newest = sorted(unique.values(), key=lambda item: item[0], reverse=True)
-            limited = len(newest) > limit
-            kept = [row for _, row in reversed(newest[:limit])]
-            events = await self.reads.for_user(conn, user, kept, is_peeking={room_id: False})
-            # page back from just before the first event shown, each writer no further than the range
-            first = newest[min(limit, len(newest)) - 1][0]
-            prev_batch = await token_text(self.host, span.high.capped(first - 1))
-            out.append(RoomTimeline(room_id, memberships[room_id], events, limited, prev_batch))
-        return out
 
     # -- the newest events of a user's most recent rooms ---------------------------------------------
 
