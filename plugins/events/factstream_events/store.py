@@ -234,13 +234,22 @@ class EventsStore:
         return (await self._local(room_id, [Draft(event_type, sender, content, state_key)], txn=txn))[0]
 
     async def change_membership(
-        self, room_id: str, sender: str, target: str, membership: str, *, reason: str | None = None
+        self,
+        room_id: str,
+        sender: str,
+        target: str,
+        membership: str,
+        *,
+        reason: str | None = None,
+        verb: str | None = None,
     ) -> str:
-        """Join, leave, invite, kick (leave of another user), ban or unban; the event's ID."""
+        """Join, leave, invite, kick (leave of another user), ban or unban; the event's ID. ``verb``
+        (``kick``, ``unban``) says what a leave of another user means: refused (403) when the target's
+        membership is not what it undoes, judged under the room's lock (``policy.verb_refusal``)."""
         content: dict[str, Any] = {"membership": membership}
         if reason is not None:
             content["reason"] = reason
-        return (await self._local(room_id, [Draft(MEMBER, sender, content, target)]))[0]
+        return (await self._local(room_id, [Draft(MEMBER, sender, content, target, verb=verb)]))[0]
 
     async def redact(
         self, room_id: str, sender: str, target: str, *, reason: str | None = None, txn_id: str | None = None

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from factstream_events.rules.errors import Forbidden
 from factstream_events.rules.statemath import flatten
 
 from tests.bundled.events.conftest import reads_of, store_of
@@ -132,6 +134,20 @@ async def test_kick_and_unban_only_apply_to_the_membership_they_name(main, clien
     assert r.status_code == 200, r.text
     r = await alice.post(f"/rooms/{room}/kick", json={"user_id": "@carol:hs"})
     assert r.status_code == 403 and "no membership" in r.json()["error"], r.text
+
+
+async def test_the_python_api_judges_a_kick_and_an_unban_as_the_routes_do(main):
+    """The verb is judged with the policy, under the room's lock, whoever writes: not only the route."""
+    store = store_of(main)
+    room = await store.create_room("@alice:hs", preset="public_chat")
+    await store.change_membership(room, "@bob:hs", "@bob:hs", "join")
+    await store.change_membership(room, "@bob:hs", "@bob:hs", "leave")
+    with pytest.raises(Forbidden, match="@bob:hs cannot be kicked: their membership is leave, not join or invite"):
+        await store.change_membership(room, "@alice:hs", "@bob:hs", "leave", verb="kick")
+    with pytest.raises(Forbidden, match="cannot be unbanned: their membership is leave, not ban"):
+        await store.change_membership(room, "@alice:hs", "@bob:hs", "leave", verb="unban")
+    await store.change_membership(room, "@alice:hs", "@bob:hs", "ban")
+    assert await store.change_membership(room, "@alice:hs", "@bob:hs", "leave", verb="unban")
 
 
 async def test_create_room_refuses_an_unknown_history_visibility(main, client):

@@ -22,6 +22,11 @@ stored as given. The rules:
 * a state event whose state key starts with ``@`` may only be sent by that user (Matrix's user-owned
   state);
 * a new ``m.room.power_levels`` (state key ``""``) is judged by :func:`power_levels_change`.
+
+The routes that send the ``leave`` of another user name what they mean by it: ``kick`` needs the
+target joined, invited or knocking, ``unban`` needs them banned (:func:`verb_refusal`); a leave that
+is neither would otherwise pass as the other. This is judged with the rest, on the state under the
+room's lock, so nothing can change the target's membership between the check and the write.
 """
 
 from __future__ import annotations
@@ -318,3 +323,19 @@ def power_levels_change(sender: str, facts: RoomFacts, content: Mapping[str, Any
 def _shown(levels: tuple[int | None, ...]) -> str:
     written, *in_force = levels
     return "/".join(dict.fromkeys(str(v) for v in in_force)) if written is None else str(written)
+
+
+#: The target's current membership each verb that sends ``leave`` about another user needs.
+VERB_NEEDS = {"kick": ("join", "invite", "knock"), "unban": ("ban",)}
+
+
+def verb_refusal(verb: str, target: str, facts: RoomFacts) -> str | None:
+    """Why ``verb`` (``kick``, ``unban``) of ``target`` is refused given the room's ``facts``; None: it is
+    not (any other verb is not judged here)."""
+    needs = VERB_NEEDS.get(verb)
+    current = facts.memberships.get(target)
+    if needs is None or current in needs:
+        return None
+    done = "kicked" if verb == "kick" else "unbanned"
+    now = current or "no membership"
+    return f"user_id: {target} cannot be {done}: their membership is {now}, not {' or '.join(needs)}"

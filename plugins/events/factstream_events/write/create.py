@@ -25,7 +25,7 @@ from factstream_events.rules.canonical import MAX_CANONICAL_INT, CanonicalJsonEr
 from factstream_events.rules.contentrules import check_local_content
 from factstream_events.rules.errors import Forbidden, InvalidEvent
 from factstream_events.rules.eventid import content_hash, event_id_for
-from factstream_events.rules.policy import RoomFacts, creator_of
+from factstream_events.rules.policy import RoomFacts, creator_of, verb_refusal
 from factstream_events.rules.statemath import State, apply_delta
 from factstream_events.rules.validate import (
     CREATE,
@@ -62,6 +62,9 @@ class Draft:
     redacts: str | None = None
     #: Where the event came from in the request, a prefix of the field names in refusals (``initial_state[2].``).
     where: str = ""
+    #: What a ``leave`` of another user means (``kick``, ``unban``): judged with the policy
+    #: (``policy.verb_refusal``).
+    verb: str | None = None
 
 
 class EventCreator:
@@ -90,7 +93,8 @@ class EventCreator:
         for draft in drafts:
             event = _draft_event(room.room_id, draft, version, state, prev, depth)
             facts = await self._facts(room.conn, room.room_id, state, draft, made, exists, version)
-            reason = await self.policy(room.room_id, event, state, facts)
+            reason = verb_refusal(draft.verb, draft.state_key or "", facts) if draft.verb else None
+            reason = reason or await self.policy(room.room_id, event, state, facts)
             if reason is not None:
                 raise Forbidden(reason)
             new = seal(event, version)
