@@ -15,7 +15,6 @@ Reads (any process): see ``factstream_events.read.reads`` (:attr:`EventsStore.re
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -49,24 +48,18 @@ from factstream_events.rules.validate import (
     check_event,
 )
 from factstream_events.shared.caches import ROOM_CREATORS, STATE_CONTENTS
-from factstream_events.shared.clock import now_ms
 from factstream_events.shared.sharding import new_room_id, refuse_misdirected
 from factstream_events.shared.statestore import StateStore
 from factstream_events.write.batch import NewEvent, Persisted
-from factstream_events.write.create import Draft, EventCreator
+from factstream_events.write.create import Draft, EventCreator, LocalWrite, Txn
 from factstream_events.write.persist import Origin, Persister
+from factstream_events.write.steps import TXN_KEY
 
 #: Room versions whose events may hold integers beyond canonical JSON's range (before version 6).
 LOOSE_JSON_VERSIONS = frozenset({"1", "2", "3", "4", "5"})
 DEFAULT_ROOM_VERSION = "10"
 PRESETS = {"private_chat": "invite", "public_chat": "public", "trusted_private_chat": "invite"}
 
-#: A part of the batch's statement: a concurrent request under the same ID violates :data:`_TXN_KEY`.
-_CLAIM_TXN = """
-INSERT INTO event_txn_ids (user_id, txn_id, request_hash, event_id, inserted_ts)
-VALUES (%(user_id)s, %(txn_id)s, %(hash)s, %(event_id)s, %(ts)s)
-"""
-_TXN_KEY = "event_txn_ids_pkey"
 _EARLIER_TXN = "SELECT request_hash, event_id FROM event_txn_ids WHERE user_id = %(user_id)s AND txn_id = %(txn_id)s"
 
 
@@ -90,16 +83,16 @@ class EventsStore:
     def __init__(self, host: HostApi) -> None:
         self.host = host
         self.states = StateStore()
-        self.persister = Persister(host, self.states, self._resolve)
-        self.reads = Reads(host, self.states)
-        self.timeline = Timeline(host, self.reads)
-        #: The ``rooms`` section of ``/sync`` (``factstream_events.read.sync``).
-        self.sync = RoomSync(host, self.reads, self.timeline)
         #: Contents of state events (immutable): a bounded cache.
         self._contents: LruCache[Mapping[str, Any]] = host.caches.get(STATE_CONTENTS)
         #: The creator each create event names, by its ID (immutable): ``(creator or None,)``.
         self._creators: LruCache[tuple[str | None]] = host.caches.get(ROOM_CREATORS)
         self.creator = EventCreator(self._policy, self._contents, self._creators)
+        self.persister = Persister(host, self.states, self._resolve, self.creator)
+        self.reads = Reads(host, self.states)
+        self.timeline = Timeline(host, self.reads)
+        #: The ``rooms`` section of ``/sync`` (``factstream_events.read.sync``).
+        self.sync = RoomSync(host, self.reads, self.timeline)
 
     # -- hooks -------------------------------------------------------------------------------------
 
@@ -119,35 +112,25 @@ class EventsStore:
 
     # -- local writes ------------------------------------------------------------------------------
 
-    async def _local(
-        self,
-        room_id: str,
-        drafts: Sequence[Draft],
-        *,
-        new_room_version: str | None = None,
-        txn: tuple[str, str, str] | None = None,
-    ) -> list[str]:
-        """Complete, check and persist ``drafts`` in order (``create``); their event IDs.
+    async def _local(self, room_id: str, write: LocalWrite) -> list[str]:
+        """Persist the local ``write`` (its drafts completed and checked in order: ``create``); the event IDs.
 
-        ``txn``: ``(user, txn_id, request hash)`` for an idempotent send: a retry gets the first
-        event's ID back; another request under the same pair is refused (409). A room this instance
-        does not write is refused first (:class:`MisdirectedWrite`).
+        With a transaction ID, a retry gets the first event's ID back and another request under the same
+        ID is refused (409). A room this instance does not write is refused first (:class:`MisdirectedWrite`).
         """
         refuse_misdirected(self.host, room_id)
+        txn = write.txn
         if txn is not None:
             earlier = await self._earlier_txn(txn)
             if earlier is not None:
                 return [earlier]
-        build = functools.partial(self.creator.build, drafts=drafts)
-        claim = functools.partial(_claim, txn) if txn is not None else None
         try:
             try:
-                async with self.persister.room(room_id) as room:
-                    outcome = await room.persist_local(build, new_room_version=new_room_version, also=claim)
+                outcome = await self.persister.persist_local(room_id, write)
             except psycopg.errors.UniqueViolation as exc:
-                if txn is None or exc.diag.constraint_name != _TXN_KEY:
+                if txn is None or exc.diag.constraint_name != TXN_KEY:
                     raise
-                raise EventConflict(f"transaction ID {txn[1]!r} was used concurrently; retry the request") from None
+                raise EventConflict(f"transaction ID {txn.txn_id!r} was used concurrently; retry the request") from None
         except EventConflict:
             if txn is not None:
                 earlier = await self._earlier_txn(txn)
@@ -156,13 +139,12 @@ class EventsStore:
             raise
         return outcome.stored
 
-    async def _earlier_txn(self, txn: tuple[str, str, str]) -> str | None:
-        user, txn_id, digest = txn
-        rows = await self.host.database().fetchall(_EARLIER_TXN, {"user_id": user, "txn_id": txn_id})
+    async def _earlier_txn(self, txn: Txn) -> str | None:
+        rows = await self.host.database().fetchall(_EARLIER_TXN, {"user_id": txn.user, "txn_id": txn.txn_id})
         if not rows:
             return None
-        if rows[0][0] != digest:
-            raise EventConflict(f"transaction ID {txn_id!r} was already used by {user} for a different request")
+        if rows[0][0] != txn.digest:
+            raise EventConflict(f"transaction ID {txn.txn_id!r} was already used by {txn.user} for a different request")
         return str(rows[0][1])
 
     async def create_room(
@@ -212,7 +194,7 @@ class EventsStore:
             Draft(t, creator, dict(c), k, where=f"initial_state[{i}].") for i, (t, k, c) in enumerate(initial_state)
         ]
         drafts += [Draft(MEMBER, creator, {"membership": "invite"}, u) for u in invite]
-        await self._local(room_id, drafts, new_room_version=room_version)
+        await self._local(room_id, LocalWrite(tuple(drafts), new_room_version=room_version))
         return room_id
 
     async def send(
@@ -226,12 +208,9 @@ class EventsStore:
         txn_id: str | None = None,
     ) -> str:
         """Send one event (a state event with ``state_key``); idempotent per ``(sender, txn_id)``."""
-        txn = (
-            (sender, f"send/{txn_id}", request_hash("send", room_id, event_type, state_key, content))
-            if txn_id
-            else None
-        )
-        return (await self._local(room_id, [Draft(event_type, sender, content, state_key)], txn=txn))[0]
+        digest = request_hash("send", room_id, event_type, state_key, content)
+        txn = Txn(sender, f"send/{txn_id}", digest) if txn_id else None
+        return (await self._local(room_id, LocalWrite((Draft(event_type, sender, content, state_key),), txn=txn)))[0]
 
     async def change_membership(
         self,
@@ -249,15 +228,15 @@ class EventsStore:
         content: dict[str, Any] = {"membership": membership}
         if reason is not None:
             content["reason"] = reason
-        return (await self._local(room_id, [Draft(MEMBER, sender, content, target, verb=verb)]))[0]
+        return (await self._local(room_id, LocalWrite((Draft(MEMBER, sender, content, target, verb=verb),))))[0]
 
     async def redact(
         self, room_id: str, sender: str, target: str, *, reason: str | None = None, txn_id: str | None = None
     ) -> str:
         """Redact ``target`` (an event of the same room); the redaction's ID."""
         content: dict[str, Any] = {} if reason is None else {"reason": reason}
-        txn = (sender, f"redact/{txn_id}", request_hash("redact", room_id, target, content)) if txn_id else None
-        return (await self._local(room_id, [Draft(REDACTION, sender, content, None, target)], txn=txn))[0]
+        txn = Txn(sender, f"redact/{txn_id}", request_hash("redact", room_id, target, content)) if txn_id else None
+        return (await self._local(room_id, LocalWrite((Draft(REDACTION, sender, content, None, target),), txn=txn)))[0]
 
     # -- remote writes -----------------------------------------------------------------------------
 
@@ -348,14 +327,6 @@ def _create_version(event: Mapping[str, Any]) -> str | None:
         return None
     content = event.get("content")
     return str(content.get("room_version", "1")) if isinstance(content, dict) else "1"
-
-
-def _claim(txn: tuple[str, str, str], stored: Sequence[str]) -> tuple[str, Mapping[str, Any]] | None:
-    """The transaction ID's claim, written with the events (a concurrent claim fails the batch)."""
-    if not stored:
-        return None
-    user, txn_id, digest = txn
-    return _CLAIM_TXN, {"user_id": user, "txn_id": txn_id, "hash": digest, "event_id": stored[0], "ts": now_ms()}
 
 
 def _remote_event_id(event: Mapping[str, Any], room_version: str, given: str | None) -> str:

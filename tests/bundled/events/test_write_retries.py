@@ -14,6 +14,7 @@ import json
 
 from factstream_events.rules.validate import MEMBER, REDACTION, check_event
 from factstream_events.shared.rows import STREAM, EventsRow
+from factstream_events.write.create import LocalWrite
 from factstream_events.write.persist import NewEvent
 
 from factstream.host.app import Host
@@ -45,10 +46,7 @@ async def test_a_local_batch_meeting_a_held_event_is_persisted_again_and_stores_
     writer = main.api.stream(STREAM, EventsRow)
     token = writer.current_token()
 
-    async def build(room):
-        return [held]
-
-    outcome = await store.persister.persist_local(room, build)
+    outcome = await store.persister.persist_local(room, LocalWrite(events=(held,)))
 
     assert outcome.stored == [] and outcome.duplicates == [first]
     assert await _count(main, "SELECT count(*) FROM events WHERE room_id = %(r)s", r=room) == events
@@ -127,10 +125,7 @@ async def test_a_local_event_redacted_before_it_arrives_is_redacted_by_its_inser
     raw = json.dumps(target[0]).encode()
     new = NewEvent(target[1], raw, target[0], check_event(target[0]))
 
-    async def build(room):
-        return [new]
-
-    outcome = await store_of(main).persister.persist_local(room_id, build)
+    outcome = await store_of(main).persister.persist_local(room_id, LocalWrite(events=(new,)))
 
     assert outcome.stored == [target[1]]
     rows = await main.api.database().fetchall("SELECT redacted_by FROM events WHERE event_id = %(e)s", {"e": target[1]})

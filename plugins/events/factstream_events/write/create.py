@@ -67,6 +67,32 @@ class Draft:
     verb: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Txn:
+    """A client's transaction ID for an idempotent send: a retry gets the first event's ID back; another
+    request under the same ``(user, txn_id)`` is refused (409). ``digest`` identifies the request."""
+
+    user: str
+    txn_id: str
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class LocalWrite:
+    """A local write as a value: what the route or the Python API asks the room's writer to write.
+
+    ``drafts`` are completed under the room's lock (:meth:`EventCreator.build`), in order; ``events`` are
+    local events already complete (written as they are, the way a draft's event is once built).
+    ``new_room_version``: the room may be new (the drafts then start with its create event). ``txn``: its
+    claim is written with the events (a concurrent claim of the same ID fails the batch).
+    """
+
+    drafts: tuple[Draft, ...] = ()
+    events: tuple[NewEvent, ...] = ()
+    new_room_version: str | None = None
+    txn: Txn | None = None
+
+
 class EventCreator:
     """Builds local batches (module docstring); the contents of state events and the creators of rooms
     it reads are kept in ``contents`` and ``creators`` (both immutable facts)."""

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -67,6 +66,7 @@ from factstream_events.write.batch import (
     room_version_of_create,
     triage,
 )
+from factstream_events.write.create import EventCreator, LocalWrite, Txn
 from factstream_events.write.plan import BatchPlan, EventRow, Planner, Resolver
 from factstream_events.write.room import (
     LOCK_ROOM,
@@ -79,12 +79,10 @@ from factstream_events.write.room import (
     lock_room,
 )
 
-__all__ = ["AlsoWrite", "Build", "LockedRoom", "NewEvent", "Origin", "Persisted", "Persister", "RoomView"]
+__all__ = ["LocalWrite", "LockedRoom", "NewEvent", "Origin", "Persisted", "Persister", "RoomView"]
 
 #: ``(the event IDs a batch stores) -> one more write for its statement (SQL, parameters), or None``.
-AlsoWrite = Callable[[Sequence[str]], "tuple[str, Mapping[str, Any]] | None"]
 #: ``async (the room a local batch is written to) -> the batch``: called again when the batch is.
-Build = Callable[[RoomWrite], Awaitable[Sequence[NewEvent]]]
 
 #: Room views a writer keeps (a view is its room's forward extremities and history visibility values:
 #: a few hundred bytes; an evicted one is read again, one query, when its room is next written).
@@ -184,10 +182,17 @@ class Persister:
     """The write path of one host process (module docstring)."""
 
     def __init__(
-        self, host: HostApi, states: StateStore, resolver: Resolver, *, max_views: int = MAX_ROOM_VIEWS
+        self,
+        host: HostApi,
+        states: StateStore,
+        resolver: Resolver,
+        creator: EventCreator,
+        *,
+        max_views: int = MAX_ROOM_VIEWS,
     ) -> None:
         self.host = host
         self.states = states
+        self.creator = creator
         self.planner = Planner(states, resolver)
         self._locks = RoomLocks()
         self._views = RoomViews(max_views)
@@ -226,12 +231,10 @@ class Persister:
         async with self.room(room_id) as room:
             return await room.persist(batch, origin=origin, room_version=room_version)
 
-    async def persist_local(
-        self, room_id: str, build: Build, *, new_room_version: str | None = None, also: AlsoWrite | None = None
-    ) -> Persisted:
-        """Persist the local batch ``build`` makes, under the room's lock; see :meth:`LockedRoom.persist_local`."""
+    async def persist_local(self, room_id: str, write: LocalWrite) -> Persisted:
+        """Persist the local ``write`` under the room's lock; see :meth:`LockedRoom.persist_local`."""
         async with self.room(room_id) as room:
-            return await room.persist_local(build, new_room_version=new_room_version, also=also)
+            return await room.persist_local(write)
 
 
 class LockedRoom:
@@ -248,25 +251,21 @@ class LockedRoom:
 
         ``room_version``: for a batch of a room not held yet whose create event is not in the batch."""
         check_batch(self.room_id, batch)
-        run = functools.partial(self._persist_given, batch, origin, room_version)
-        return await self._attempts(run, Attempt())
-
-    async def persist_local(
-        self, build: Build, *, new_room_version: str | None = None, also: AlsoWrite | None = None
-    ) -> Persisted:
-        """Persist the events ``build`` makes from the room as it is (its forward extremities, its current
-        state), so no other write of the room comes in between.
-
-        ``new_room_version``: the room may be new (``build`` then makes its create event). ``also``: one
-        more write of the batch's statement (a transaction ID's claim); a unique violation in it fails
-        the batch."""
-        run = functools.partial(self._persist_built, build, new_room_version, also)
-        return await self._attempts(run, Attempt(look_first=False))
-
-    async def _attempts(self, run: Callable[[Attempt], Awaitable[Persisted]], attempt: Attempt) -> Persisted:
+        attempt = Attempt()
         while True:
             try:
-                return await run(attempt)
+                return await self._persist_given(batch, origin, room_version, attempt)
+            except TryAgain as again:
+                attempt = again.attempt
+
+    async def persist_local(self, write: LocalWrite) -> Persisted:
+        """Persist the local ``write``: its drafts are built from the room as it is (its forward
+        extremities, its current state), so no other write of the room comes in between; its claim of a
+        transaction ID, if any, is a part of the batch's statement (a unique violation fails the batch)."""
+        attempt = Attempt(look_first=False)
+        while True:
+            try:
+                return await self._persist_built(write, attempt)
             except TryAgain as again:
                 attempt = again.attempt
 
@@ -294,18 +293,16 @@ class LockedRoom:
             room = await self._open(txn, row, batch, origin, room_version)
             return await self._attempt(room, batch, origin, attempt, found, None)
 
-    async def _persist_built(
-        self, build: Build, new_room_version: str | None, also: AlsoWrite | None, attempt: Attempt
-    ) -> Persisted:
-        """One attempt at a local batch: ``build`` makes it from the room once its row is locked."""
+    async def _persist_built(self, write: LocalWrite, attempt: Attempt) -> Persisted:
+        """One attempt at a local batch: its drafts are built from the room once its row is locked."""
         async with self._transaction() as txn:
             row = await lock_room(txn.conn, self.room_id)
-            if row is None and new_room_version is None:
+            if row is None and write.new_room_version is None:
                 raise UnknownRoom(f"room {self.room_id} is not known here")
-            base = await self._base(txn, row, new_room_version)
-            batch = await build(base)
+            base = await self._base(txn, row, write.new_room_version)
+            batch = list(write.events) + await self._p.creator.build(base, write.drafts)
             room = base if row is not None else await self._open(txn, None, batch, Origin.LOCAL, None)
-            return await self._attempt(room, batch, Origin.LOCAL, attempt, None, also)
+            return await self._attempt(room, batch, Origin.LOCAL, attempt, None, write.txn)
 
     async def _base(self, txn: Transaction, row: RoomRow | None, new_room_version: str | None) -> RoomWrite:
         """What a local batch is built on: the room with its current state; or, for a room not created
@@ -341,7 +338,7 @@ class LockedRoom:
         origin: Origin,
         attempt: Attempt,
         found: _Lookups | None,
-        also: AlsoWrite | None,
+        claim: Txn | None,
     ) -> Persisted:
         """The batch's work in ``room``'s transaction, which it commits (module docstring)."""
         held, children = await self._held(room, batch, origin, attempt, found)
@@ -354,7 +351,7 @@ class LockedRoom:
         backfill = origin is Origin.BACKFILL
         plan = await self._p.planner.plan(room, ordered, sorted_out.deoutliered, held, children, backfill, groups)
         plan, ids = await self._reserve(room, plan, origin)
-        await self._write(room, plan, ordered, origin, attempt, groups, ids, also)
+        await self._write(room, plan, ordered, origin, attempt, groups, ids, claim)
         self._remember(room.view, plan)
         stream_ids = {r.event_id: r.stream for r in plan.rows}
         return Persisted([r.event_id for r in plan.rows], sorted_out.duplicates, stream_ids)
@@ -424,7 +421,7 @@ class LockedRoom:
         attempt: Attempt,
         groups: StatePlan | None,
         ids: _Reserved,
-        also: AlsoWrite | None,
+        claim: Txn | None,
     ) -> None:
         """Write the batch, step by step (``steps``: one per table), and commit: one round trip."""
         instance, received, backfill = self._p.host.instance_name, now_ms(), origin is Origin.BACKFILL
@@ -440,9 +437,8 @@ class LockedRoom:
         new_groups = self._p.states.planned(groups) if groups is not None else None
         if new_groups is not None:
             w.combined.add(*new_groups)
-        extra = also([r.event_id for r in plan.rows]) if also is not None else None
-        if extra is not None:
-            w.combined.add(*extra)
+        if claim is not None:
+            steps.txn_claim(w, plan, claim, received=received)
         if plan.after is not None:
             steps.forward_extremities(w, plan.after)
             steps.current_state(w, plan.after, stream=ids.first, instance=instance)

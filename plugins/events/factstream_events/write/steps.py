@@ -21,6 +21,7 @@ table                                      step
 ``current_state_delta_stream``             :func:`current_state`
 ``state_groups`` and their entries         written by ``statestore`` (its plan), added by the caller
 ``rooms``                                  :func:`room_row`
+``event_txn_ids``                          :func:`txn_claim` (a local send's transaction ID)
 =========================================  ==============================================================
 """
 
@@ -35,6 +36,7 @@ import msgspec
 from factstream_events.rules.validate import NEVER_SHOWN
 from factstream_events.write.batch import NewEvent
 from factstream_events.write.combine import Writes
+from factstream_events.write.create import Txn
 from factstream_events.write.plan import BatchPlan, EventRow, RoomAfter
 
 _encode_json = msgspec.json.Encoder().encode
@@ -263,3 +265,19 @@ def room_row(w: BatchWrites, plan: BatchPlan, current: int | None, *, backfill: 
         "last_event": last.event_id if last is not None else None,
     }
     w.combined.add(_UPDATE_ROOM, params)
+
+
+_CLAIM_TXN = """
+INSERT INTO event_txn_ids (user_id, txn_id, request_hash, event_id, inserted_ts)
+VALUES (%(user_id)s, %(txn_id)s, %(hash)s, %(event_id)s, %(ts)s)
+"""
+#: The key a concurrent request under the same transaction ID violates (its batch then fails).
+TXN_KEY = "event_txn_ids_pkey"
+
+
+def txn_claim(w: BatchWrites, plan: BatchPlan, txn: Txn, *, received: int) -> None:
+    """The transaction ID's claim of the batch's first event, a part of the batch's statement (nothing
+    when the batch stores nothing)."""
+    if plan.rows:
+        params = {"user_id": txn.user, "txn_id": txn.txn_id, "hash": txn.digest, "ts": received}
+        w.combined.add(_CLAIM_TXN, {**params, "event_id": plan.rows[0].event_id})
