@@ -237,6 +237,7 @@ def check_event(
     see that change there; here the widened ``invited`` applies and they do, which is what rule 3
     (and the Matrix specification: visible if either side allows it) says.
     """
+    # Over 80 lines for its docstring only (the body is some 45): the rules are written where they apply.
     own_member_event = event.type == MEMBER_EVENT_TYPE and event.state_key == user
     # Rule 6: annotate with the membership after the event; for the user's own member event that is
     # the membership it sets (an outlier has no state to read it from).
