@@ -89,7 +89,7 @@ class Caches(Protocol):
 
 
 class StreamWriter(Protocol[RowT_contra]):
-    """Writes one stream's facts (``host.stream(name, RowT_contraype)``), typed by the stream's row type.
+    """Writes one stream's facts (``host.stream(name, RowType)``), typed by the stream's row type.
 
     Every method takes the caller's open transaction: the facts are written, and their IDs reserved,
     in it. They are complete when it commits (or rolls back), and only then do they count towards
