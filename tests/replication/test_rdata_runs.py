@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from factstream.replication import wire
 from factstream.replication.handler import ReplicationHandler
 from factstream.replication.stream import RowError
-from factstream.replication.tcp import TcpConnection
+from factstream.replication.tcp import ConnectionSettings, TcpConnection
 from factstream.replication.wire import decode_json
 
 
@@ -116,9 +116,8 @@ async def _deliver(lines: list[bytes], runs: bool) -> tuple[list[tuple[str, int,
     conn = TcpConnection(
         None,  # type: ignore[arg-type]
         writer,  # type: ignore[arg-type]
+        ConnectionSettings(local_name="reader", server_name="srv"),
         side="client",
-        local_name="reader",
-        server_name="srv",
         dispatch=handler.on_command,
         capacity=handler,
         dispatch_run=handler.on_rdata_run if runs else None,

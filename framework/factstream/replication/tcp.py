@@ -37,13 +37,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from factstream.replication import wire
-from factstream.replication.auth import ReplicationSecret
 from factstream.replication.links import RECENT_SECONDS, LinkStats, Reconnects, positions_text
 from factstream.replication.tcp_connection import (
     CLOSE_TIMEOUT,
-    DEFAULT_MAX_LINE,
-    DEFAULT_MAX_QUEUE,
     Capacity,
+    ConnectionSettings,
     Dispatch,
     DispatchRun,
     PositionVetter,
@@ -54,28 +52,23 @@ from factstream.replication.tcp_connection import (
 )
 from factstream.sockets import set_nodelay
 
-__all__ = ["Capacity", "Link", "PositionVetter", "TcpClient", "TcpConnection", "TcpServer"]
+__all__ = ["Capacity", "ConnectionSettings", "Link", "PositionVetter", "TcpClient", "TcpConnection", "TcpServer"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Link:
-    """What both ends of a TCP link need: names, callbacks into the host and limits."""
+    """What both ends of a TCP link need: its connections' settings (names, limits, secret) and the
+    callbacks into the host."""
 
-    server_name: str
-    local_name: str
+    settings: ConnectionSettings
     on_connect: Callable[[TcpConnection], None]
     on_disconnect: Callable[[TcpConnection], None]
     dispatch: Dispatch
     dispatch_run: DispatchRun | None = None
-    max_line: int = DEFAULT_MAX_LINE
-    max_queue: int = DEFAULT_MAX_QUEUE
     capacity: Capacity | None = None
-    secret: ReplicationSecret | None = None
     vetter: PositionVetter | None = None
-    #: Keep each link's counters (``metrics.enabled``).
-    counting: bool = True
     #: This process's positions, per stream, for the log lines of links coming up.
     positions: Callable[[], dict[str, int]] | None = None
 
@@ -86,17 +79,12 @@ class Link:
         return TcpConnection(
             reader,
             writer,
+            self.settings,
             side=side,
-            local_name=self.local_name,
-            server_name=self.server_name,
             dispatch=self.dispatch,
             dispatch_run=self.dispatch_run,
-            max_queue=self.max_queue,
             capacity=self.capacity,
-            max_line=self.max_line,
-            secret=self.secret,
             vetter=self.vetter,
-            counting=self.counting,
         )
 
 
@@ -116,7 +104,7 @@ class TcpServer:
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, limit=self.link.max_line, ssl=self.tls
+            self._serve, self.host, self.port, limit=self.link.settings.max_line, ssl=self.tls
         )
         sock = self._server.sockets[0].getsockname()
         self.port = int(sock[1])
@@ -239,7 +227,7 @@ class TcpClient:
                 reader, writer = await asyncio.open_connection(
                     self.host,
                     self.port,
-                    limit=self.link.max_line,
+                    limit=self.link.settings.max_line,
                     ssl=self.tls,
                     server_hostname=self.host if self.tls is not None else None,
                 )
@@ -265,7 +253,7 @@ class TcpClient:
             if failed:
                 fields["failed_attempts"] = failed
             log.info("replication link up", extra={"fields": fields})
-            conn.send(wire.NameCommand(self.link.local_name))
+            conn.send(wire.NameCommand(self.link.settings.local_name))
             conn.send(ping())
             self.link.on_connect(conn)
             conn.send(wire.ReplicateCommand())

@@ -18,6 +18,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal, Protocol, cast
 
 from factstream.replication import wire
@@ -79,6 +80,30 @@ class PositionVetter(Protocol):
         """Why the POSITION must be refused, or None to accept it."""
 
 
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """How a link's connections are configured: the same for every connection a server or client opens,
+    fixed for its life. What a connection works with (its streams, the handler's callbacks, which end
+    it is) is given to :class:`TcpConnection` beside it."""
+
+    #: This instance's name: the one its handshake proofs name, and one no peer may claim.
+    local_name: str
+    #: The deployment's name: the server sends it as ``SERVER``; a client closes a link that names another.
+    server_name: str
+    #: Longest accepted line, in bytes.
+    max_line: int = DEFAULT_MAX_LINE
+    #: Commands queued for a peer before it is disconnected for not keeping up.
+    max_queue: int = DEFAULT_MAX_QUEUE
+    #: Seconds of silence after which this side sends a PING.
+    ping_interval: float = PING_INTERVAL
+    #: Seconds of silence from a peer that has pinged before the link is closed.
+    ping_timeout: float = PING_TIMEOUT
+    #: The shared secret both ends prove they know before anything else (None: no handshake).
+    secret: ReplicationSecret | None = None
+    #: Whether each connection's counters are kept (``metrics.enabled``).
+    counting: bool = True
+
+
 class TcpConnection:
     """One established TCP link, from either side."""
 
@@ -86,21 +111,15 @@ class TcpConnection:
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        settings: ConnectionSettings,
         *,
         side: Side,
-        local_name: str,
-        server_name: str,
         dispatch: Dispatch,
-        max_queue: int = DEFAULT_MAX_QUEUE,
-        ping_interval: float = PING_INTERVAL,
-        ping_timeout: float = PING_TIMEOUT,
-        capacity: Capacity | None = None,
-        max_line: int = DEFAULT_MAX_LINE,
         dispatch_run: DispatchRun | None = None,
-        secret: ReplicationSecret | None = None,
+        capacity: Capacity | None = None,
         vetter: PositionVetter | None = None,
-        counting: bool = True,
     ) -> None:
+        secret = settings.secret
         self.dispatch_run = dispatch_run
         self.secret = secret
         self.vetter = vetter
@@ -116,16 +135,16 @@ class TcpConnection:
         self._nonce = new_nonce() if secret is not None else b""
         self._server_nonce: bytes | None = None
         self.reader = reader
-        self.max_line = max_line
+        self.max_line = settings.max_line
         self.writer = writer
         self.side = side
-        self.local_name = local_name
-        self.server_name = server_name
+        self.local_name = settings.local_name
+        self.server_name = settings.server_name
         self.dispatch = dispatch
         self.capacity = capacity
-        self.max_queue = max_queue
-        self.ping_interval = ping_interval
-        self.ping_timeout = ping_timeout
+        self.max_queue = settings.max_queue
+        self.ping_interval = settings.ping_interval
+        self.ping_timeout = settings.ping_timeout
         peer = writer.get_extra_info("peername")
         self.name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         # Beyond the reference: writers' RDATA/POSITION go to the hub, which relays them and
@@ -148,7 +167,7 @@ class TcpConnection:
         #: The peer's PINGs said it reads POSITION stamps (a factstream process; see :data:`STAMPS`).
         self.reads_stamps = False
         #: Whether the counters of :attr:`stats` are kept (``metrics.enabled``).
-        self.counting = counting
+        self.counting = settings.counting
         #: Called once the server knows which instance the peer is (its NAME, or its proof).
         self.on_named: Callable[[TcpConnection], None] | None = None
         #: This link's counters (the server or client that opened it replaces them with its own).

@@ -19,7 +19,7 @@ from factstream.replication import wire
 from factstream.replication.auth import ReplicationSecret
 from factstream.replication.handler import ReplicationHandler
 from factstream.replication.links import LinkStats, metrics_enabled, track_lags, track_links, untrack
-from factstream.replication.tcp import Link, TcpClient, TcpConnection, TcpServer
+from factstream.replication.tcp import ConnectionSettings, Link, TcpClient, TcpConnection, TcpServer
 from factstream.replication.wire import RdataRun
 
 log = logging.getLogger(__name__)
@@ -84,19 +84,22 @@ class TcpTransport:
     async def start(self) -> None:
         track_links(self)
         limits = self.settings.replication
-        link = Link(
-            server_name=self.settings.deployment,
+        tcp_settings = ConnectionSettings(
             local_name=self.settings.instance_name,
+            server_name=self.settings.deployment,
+            max_line=limits.max_line,
+            max_queue=limits.max_queue,
+            secret=ReplicationSecret.from_settings(self.settings),
+            counting=metrics_enabled(self.settings),
+        )
+        link = Link(
+            tcp_settings,
             on_connect=self._connected,
             on_disconnect=self.handler.lost_connection,
             dispatch=self._dispatch,
             dispatch_run=self._dispatch_run,
-            max_line=limits.max_line,
-            max_queue=limits.max_queue,
             capacity=self.handler,
-            secret=ReplicationSecret.from_settings(self.settings),
             vetter=self.handler,
-            counting=metrics_enabled(self.settings),
             positions=self.handler.positions,
         )
         tls = tls_context(self.settings, server=self.is_server)
