@@ -1,5 +1,6 @@
-"""Fixtures for replication tests: a migrated database with the notes plugin and a row recorder, and
-the ``host_cluster`` of factstream.testing on it (``notes`` written by main unless a host says otherwise)."""
+"""Fixtures for replication tests: a migrated database with the notes plugin and factstream.testing's
+``row_recorder`` installed, and the ``host_cluster`` of factstream.testing on it (``notes`` written by
+main unless a host says otherwise)."""
 
 from __future__ import annotations
 
@@ -7,31 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from factstream.testing import DatabaseWith, HostCluster
-
-RECORDER = """
-    import factstream
-    from factstream import RowsHandlerSpec
-
-    received = {}
-
-    def recorder(stream):
-        def record(host, instance, token, rows, local):
-            received.setdefault(host.instance_name, []).extend((stream, instance, token, r) for r in rows)
-
-        return record
-
-    @factstream.hookimpl
-    def register_rows_handlers(register, streams):
-        for spec in streams:
-            register(RowsHandlerSpec(stream=spec, handler=recorder(spec.name)))
-"""
+from factstream.testing import DatabaseWith, HostCluster, RowRecorder
 
 
 @pytest.fixture
-def notes_db(database_with: DatabaseWith, notes_project: Path) -> str:
-    """A database migrated for the notes plugin and the row recorder (and every installed plugin)."""
-    return database_with(notes_project, sources={"recorder": RECORDER})
+def notes_db(database_with: DatabaseWith, notes_project: Path, row_recorder: RowRecorder) -> str:
+    """A database migrated for the notes plugin (and every installed plugin), ``row_recorder`` installed."""
+    return database_with(notes_project)
 
 
 @pytest.fixture

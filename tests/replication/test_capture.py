@@ -129,7 +129,7 @@ async def test_captured_rows_go_out_exactly_as_read_back_rows_would(typed_db, ho
     assert b'"ADA0.0!"' in wire.lines[0] and b'"2.00"' in wire.lines[5]  # trigger and numeric as stored
 
 
-async def test_facts_the_capture_lacks_are_read_back_in_order(typed_db, host_cluster):
+async def test_facts_the_capture_lacks_are_read_back_in_order(typed_db, host_cluster, row_recorder):
     main, worker = await connected_pair(host_cluster)
     wire = Wire(main, "typed")
     gen = main.id_generator("typed")
@@ -157,7 +157,7 @@ async def test_facts_the_capture_lacks_are_read_back_in_order(typed_db, host_clu
     assert tokens(wire.lines) == committed
     assert wire.lines == await read_back_lines(main, committed[-1])
     assert b'"by hand"' in wire.lines[2]
-    received = [(t, r.author) for s, _, t, r in worker_rows(worker) if s == "typed"]
+    received = [(r.token, r.row.author) for r in row_recorder.rows(worker.instance_name, "typed")]
     assert received == [(t, a) for t, a in zip(committed, ["a", "b", "by hand", "c", "d"], strict=True)]
 
 
@@ -177,9 +177,3 @@ async def test_past_its_limit_the_capture_gives_way_to_reading_back(typed_db, ho
     assert wire.reads >= 1, "25 rows over a limit of 10 must be read back"
     assert tokens(wire.lines) == ids
     assert wire.lines == await read_back_lines(main, ids[-1])
-
-
-def worker_rows(worker: Host) -> list[tuple]:
-    import factstream_recorder
-
-    return factstream_recorder.received.get(worker.instance_name, [])

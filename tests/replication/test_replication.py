@@ -19,12 +19,6 @@ async def append_notes(host: Host, n: int, author: str = "ada") -> list[int]:
     return ids
 
 
-def received(name: str) -> list[tuple]:
-    import factstream_recorder
-
-    return factstream_recorder.received.get(name, [])
-
-
 @pytest.fixture(params=["tcp", "redis"])
 def transport(request):
     if request.param == "redis":
@@ -32,7 +26,7 @@ def transport(request):
     return request.param
 
 
-async def test_worker_receives_every_fact_in_order(host_cluster, transport):
+async def test_worker_receives_every_fact_in_order(host_cluster, transport, row_recorder):
     host_cluster.configure(transport=transport)
     main = await host_cluster("main")
     worker = await host_cluster("worker1")
@@ -41,11 +35,11 @@ async def test_worker_receives_every_fact_in_order(host_cluster, transport):
 
     ids = await append_notes(main, 50)
 
-    await until(lambda: len(received("worker1")) == 50)
-    got = received("worker1")
-    assert [t for _, _, t, _ in got] == ids
-    assert [r.author for *_, r in got] == [f"ada{i}" for i in range(50)]
-    assert {(s, i) for s, i, _, _ in got} == {("notes", "main")}
+    await until(lambda: len(row_recorder.rows("worker1")) == 50)
+    got = row_recorder.rows("worker1")
+    assert [r.token for r in got] == ids
+    assert [r.row.author for r in got] == [f"ada{i}" for i in range(50)]
+    assert {(r.stream, r.writer) for r in got} == {("notes", "main")}
     assert await worker.wait_for_stream_position("main", "notes", ids[-1], timeout=5)
     assert worker.id_generator("notes").get_current_token() == ids[-1]
 
@@ -61,7 +55,9 @@ GARBAGE = [
 
 
 @pytest.mark.parametrize(("garbage", "error"), GARBAGE, ids=[e for _, e in GARBAGE])
-async def test_garbage_on_the_tcp_port_gets_an_error_and_a_closed_connection(host_cluster, garbage, error):
+async def test_garbage_on_the_tcp_port_gets_an_error_and_a_closed_connection(
+    host_cluster, garbage, error, row_recorder
+):
     main = await host_cluster("main")
     worker = await host_cluster("worker1")
     await host_cluster.following(worker, "notes")
@@ -80,4 +76,4 @@ async def test_garbage_on_the_tcp_port_gets_an_error_and_a_closed_connection(hos
     assert lines[-1].startswith(error), lines[-1]
     # Everyone else is still served, and nothing was lost.
     ids = await append_notes(main, 20)
-    await until(lambda: [t for _, _, t, _ in received("worker1")] == ids)
+    await until(lambda: [r.token for r in row_recorder.rows("worker1")] == ids)

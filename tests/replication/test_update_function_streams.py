@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from factstream.db.engine import libpq_url
-from factstream.testing import HostCluster, until
+from factstream.testing import HostCluster, RowRecorder, until
 
 SHADOW = """
     import msgspec
@@ -58,10 +58,8 @@ def shadow_db(notes_db, plugin_installer) -> str:
 
 
 async def test_rows_of_a_stream_with_its_own_update_function_reach_a_connected_reader(
-    shadow_db, host_cluster: HostCluster
+    shadow_db, host_cluster: HostCluster, row_recorder: RowRecorder
 ):
-    import factstream_recorder
-
     main = await host_cluster("main")
     worker = await host_cluster("worker1")
     await host_cluster.following(worker, "shadow")
@@ -76,9 +74,5 @@ async def test_rows_of_a_stream_with_its_own_update_function_reach_a_connected_r
             )
         written.append((token, who))
     await until(lambda: worker.id_generator("shadow").get_current_token_for_writer("main") == written[-1][0])
-    received = [
-        (token, row.data[0])
-        for stream, _, token, row in factstream_recorder.received.get("worker1", [])
-        if stream == "shadow"
-    ]
+    received = [(r.token, r.row.data[0]) for r in row_recorder.rows("worker1", "shadow")]
     assert received == written

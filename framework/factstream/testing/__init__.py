@@ -32,6 +32,8 @@ Fixtures:
                            processes on ``fresh_database``, seeing the test's plugins; stopped after the test.
 ``redis_server``           a :class:`~factstream.testing.processes.RedisServer`: a ``redis-server`` of this
                            test's own, which it may stop and restart (skipped without the binary).
+``row_recorder``           a :class:`~factstream.testing.recorder.RowRecorder`, installed as a plugin: the rows
+                           each in-process host received (``row_recorder.rows("worker1", "notes")``).
 
 ``host_cluster`` in short::
 
@@ -96,6 +98,7 @@ from factstream.sockets import PORTS_ENV
 from factstream.testing.helpers import free_port, read_json_lines, until, wait_until
 from factstream.testing.hosts import INSTALL_TESTING, HostCluster
 from factstream.testing.processes import FactstreamProcess, ProcessCluster, RedisServer, TcpProxy
+from factstream.testing.recorder import RecordedRow, RowRecorder
 from factstream.testing.spark import SparkStandalone
 
 try:
@@ -110,7 +113,9 @@ __all__ = [
     "InstalledPlugin",
     "PluginInstaller",
     "ProcessCluster",
+    "RecordedRow",
     "RedisServer",
+    "RowRecorder",
     "SparkStandalone",
     "TcpProxy",
     "connect",
@@ -591,6 +596,13 @@ def plugin_installer() -> Iterator[PluginInstaller]:
             yield installer
         finally:
             installer.cleanup()
+
+
+@pytest.fixture
+def row_recorder(plugin_installer: PluginInstaller) -> RowRecorder:
+    """The rows each in-process host of this test received, through a recorder plugin installed now (see
+    :mod:`factstream.testing.recorder`): ask for it before the hosts start."""
+    return RowRecorder.install(plugin_installer)
 
 
 @pytest.fixture

@@ -1,40 +1,20 @@
 """Fixtures for the bundled account_data and to_device plugins: a migrated database, factstream.testing's
 ``host_cluster`` on it (main and worker1 over TCP, one database; both streams written by main unless a
-host says otherwise: ``stream_writers=writing("main", "worker1")``), a rows handler observing every stream, and
-clients of the hosts' HTTP API (``tests/bundled/account_data_to_device/support.py`` holds the tokens they use)."""
+host says otherwise: ``stream_writers=writing("main", "worker1")``), factstream.testing's ``row_recorder``
+installed, and clients of the hosts' HTTP API (``tests/bundled/account_data_to_device/support.py`` holds
+the tokens they use)."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import Callable
 
 import httpx
 import pytest
 
 from factstream.host.app import Host
 from factstream.plugin.manager import load_plugins
-from factstream.testing import DatabaseWith, HostCluster
+from factstream.testing import DatabaseWith, HostCluster, RowRecorder
 from tests.export.conftest import spark  # noqa: F401  (the session's local Spark, for the export job test)
-
-#: A plugin that records, per instance, every replicated row (``(stream, instance, token, row)``).
-OBSERVER = """
-import factstream
-from factstream import RowsHandlerSpec
-
-seen = {}
-
-def observer(stream):
-    def observe(host, instance, token, rows, local):
-        seen.setdefault(host.instance_name, []).extend((stream, instance, token, row) for row in rows)
-
-    return observe
-
-@factstream.hookimpl
-def register_rows_handlers(register, streams):
-    for spec in streams:
-        register(RowsHandlerSpec(stream=spec, handler=observer(spec.name)))
-"""
 
 
 def writing(*writers: str) -> dict[str, list[str]]:
@@ -50,21 +30,15 @@ def _bundled_plugins_installed() -> None:
 
 
 @pytest.fixture
-def bundled_db(database_with: DatabaseWith) -> str:
-    """A database migrated for every installed plugin, with the row observer installed."""
-    return database_with(sources={"fs_observer": OBSERVER})
+def bundled_db(database_with: DatabaseWith, row_recorder: RowRecorder) -> str:
+    """A database migrated for every installed plugin, factstream.testing's ``row_recorder`` installed."""
+    return database_with()
 
 
 @pytest.fixture
 def host_cluster(bundled_db: str, host_cluster: HostCluster) -> HostCluster:
     """Hosts on ``bundled_db`` (main serves TCP replication), both streams written by main."""
     return host_cluster.configure(database=bundled_db, stream_writers=writing("main"))
-
-
-def seen_rows(instance: str, stream: str) -> list[tuple[str, int, Any]]:
-    """``(writer, token, row)`` of ``stream`` that ``instance`` received, in arrival order."""
-    observer = sys.modules["factstream_fs_observer"]
-    return [(i, t, r) for s, i, t, r in list(observer.seen.get(instance, [])) if s == stream]
 
 
 def positions(host: Host, stream: str) -> dict[str, int]:
@@ -74,22 +48,9 @@ def positions(host: Host, stream: str) -> dict[str, int]:
 
 
 @pytest.fixture
-async def client_for(host_cluster: HostCluster) -> AsyncIterator[Callable[[Host, str], httpx.AsyncClient]]:
-    """``client_for(host, user)``: a client of the host's HTTP API (its ASGI app, no socket) with
-    ``user``'s bearer token (``support.token_of``; the host must accept ``support.TOKENS``)."""
+def client_for(host_cluster: HostCluster) -> Callable[[Host, str], httpx.AsyncClient]:
+    """``client_for(host, user)``: ``host_cluster.client`` of the host with ``user``'s bearer token
+    (``support.token_of``; the host must accept ``support.TOKENS``)."""
     from tests.bundled.account_data_to_device.support import token_of
 
-    clients: list[httpx.AsyncClient] = []
-
-    def make(host: Host, user: str) -> httpx.AsyncClient:
-        client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=host.app),
-            base_url="http://test",
-            headers={"Authorization": f"Bearer {token_of(user)}"},
-        )
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.aclose()
+    return lambda host, user: host_cluster.client(host, token_of(user))

@@ -10,7 +10,7 @@ import pytest
 from factstream.errors import ConfigError
 from factstream.host.app import Host
 from factstream.testing import HostCluster
-from tests.bundled.account_data_to_device.conftest import positions, seen_rows, writing
+from tests.bundled.account_data_to_device.conftest import positions, writing
 from tests.bundled.account_data_to_device.support import TOKENS, sync
 
 ALICE = "@alice:hs"
@@ -158,7 +158,7 @@ async def test_bad_requests_are_refused_with_a_message_and_store_nothing(host_cl
 
 
 @pytest.mark.slow
-async def test_105_changes_written_while_the_worker_is_disconnected_arrive_in_order_once(host_cluster):
+async def test_105_changes_written_while_the_worker_is_disconnected_arrive_in_order_once(host_cluster, row_recorder):
     main, worker = await pair(host_cluster)
     before = await store(main).put(BOB, None, "m.warm", "{}")
     assert await worker.wait_for_stream_position("main", "account_data", before)
@@ -171,7 +171,7 @@ async def test_105_changes_written_while_the_worker_is_disconnected_arrive_in_or
     await worker.connect_replication()
 
     assert await worker.wait_for_stream_position("main", "account_data", written[-1], timeout=20)
-    got = [(t, r) for i, t, r in seen_rows("worker1", "account_data") if t > before]
+    got = [(r.token, r.row) for r in row_recorder.rows("worker1", "account_data") if r.token > before]
     assert [t for t, _ in got] == written
     assert [(r.room_id, r.data_type) for _, r in got] == [
         (None if i % 3 else f"!r{i % 5}:hs", f"m.t{i % 7}") for i in range(105)

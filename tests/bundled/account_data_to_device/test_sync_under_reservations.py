@@ -26,7 +26,6 @@ import pytest
 from factstream.host.app import Host
 from factstream.idgen.generator import MultiWriterIdGenerator
 from factstream.testing import HostCluster
-from tests.bundled.account_data_to_device.conftest import seen_rows
 from tests.bundled.account_data_to_device.support import TOKENS, USERS
 from tests.reservations import held_sequence, slow_sequence
 
@@ -92,7 +91,7 @@ async def reserving(gen: MultiWriterIdGenerator) -> AsyncIterator[None]:
 
 @pytest.mark.parametrize("stream", STREAMS)
 async def test_a_write_that_completes_while_a_reservation_waits_for_the_sequence_reaches_the_worker(
-    host_cluster, client_for, transport, stream
+    host_cluster, client_for, row_recorder, transport, stream
 ):
     main, worker = await pair(host_cluster, transport)
     on_main, reader = {user: client_for(main, user) for user in USERS}, client_for(worker, BOB)
@@ -107,7 +106,7 @@ async def test_a_write_that_completes_while_a_reservation_waits_for_the_sequence
         await asyncio.sleep(0.1)
         await write(on_main, stream, BOB, 1)
         at = await caught_up(main, worker, stream)
-        assert [t for _, t, _ in seen_rows("worker1", stream)][-1] == at  # the row came, not only its position
+        assert row_recorder.rows("worker1", stream)[-1].token == at  # the row came, not only its position
         answer = await asyncio.wait_for(poll, 3)  # woken by the row (before the fix: the whole 5 s, empty)
         assert numbers(answer, stream) == [1]
         if stream == "account_data":  # the invalidation came with the row
@@ -115,7 +114,7 @@ async def test_a_write_that_completes_while_a_reservation_waits_for_the_sequence
 
 
 async def test_long_polls_on_a_worker_get_every_item_once_while_main_writes_with_slow_reservations(
-    host_cluster, client_for, transport
+    host_cluster, client_for, row_recorder, transport
 ):
     main, worker = await pair(host_cluster, transport)
     on_main = {user: client_for(main, user) for user in USERS}
@@ -161,6 +160,6 @@ async def test_long_polls_on_a_worker_get_every_item_once_while_main_writes_with
     for (user, stream), numbers_got in got.items():
         assert sorted(numbers_got) == expected, (user, stream, numbers_got)
     for stream in STREAMS:  # the worker's pipeline saw every token main wrote, once each, in order
-        written = [t for _, t, _ in seen_rows("main", stream) if t > before[stream]]
-        replicated = [t for _, t, _ in seen_rows("worker1", stream) if t > before[stream]]
+        written = [r.token for r in row_recorder.rows("main", stream) if r.token > before[stream]]
+        replicated = [r.token for r in row_recorder.rows("worker1", stream) if r.token > before[stream]]
         assert replicated == sorted(written), (stream, sorted(set(written) - set(replicated)))

@@ -10,7 +10,7 @@ import pytest
 from factstream.errors import ConfigError
 from factstream.host.app import Host
 from factstream.testing import HostCluster
-from tests.bundled.account_data_to_device.conftest import positions, seen_rows
+from tests.bundled.account_data_to_device.conftest import positions
 from tests.bundled.account_data_to_device.support import TOKENS, sync
 
 ALICE = "@alice:hs"
@@ -189,7 +189,9 @@ async def test_bad_requests_are_refused_with_a_message_and_store_nothing(host_cl
 
 
 @pytest.mark.slow
-async def test_101_messages_written_while_the_worker_is_disconnected_arrive_in_order_once(host_cluster, client_for):
+async def test_101_messages_written_while_the_worker_is_disconnected_arrive_in_order_once(
+    host_cluster, client_for, row_recorder
+):
     main = await host_cluster("main")
     worker = await host_cluster("worker1")
     await host_cluster.following(worker, "to_device")
@@ -205,7 +207,7 @@ async def test_101_messages_written_while_the_worker_is_disconnected_arrive_in_o
     await worker.connect_replication()
 
     assert await worker.wait_for_stream_position("main", "to_device", last, timeout=20)
-    got = [(t, r.entity) for i, t, r in seen_rows("worker1", "to_device") if t > warm]
+    got = [(r.token, r.row.entity) for r in row_recorder.rows("worker1", "to_device") if r.token > warm]
     assert [t for t, _ in got] == list(range(warm + 1, last + 1))
     assert len(got) == 101
     assert [e for _, e in got] == [BOB if n % 2 else "@carol:hs" for n in range(101)]
