@@ -12,7 +12,7 @@ holds.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,21 +52,14 @@ def inbox_cluster(inbox_db, plugin_installer, host_cluster: HostCluster) -> Host
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[Callable[..., httpx.AsyncClient]]:
-    """``client(host, token="alice-token")`` -> an httpx client on the host's ASGI app."""
-    clients: list[httpx.AsyncClient] = []
+def client(host_cluster: HostCluster) -> Callable[..., httpx.AsyncClient]:
+    """``client(host, token="alice-token", timeout=30.0)`` -> ``host_cluster.client`` of the host, with a
+    timeout that outlasts the tests' long polls."""
 
     def make(host: Host, token: str | None = None, timeout: float = 30.0) -> httpx.AsyncClient:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        c = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=host.app), base_url="http://test", headers=headers, timeout=timeout
-        )
-        clients.append(c)
-        return c
+        return host_cluster.client(host, token or None, timeout=timeout)
 
-    yield make
-    for c in clients:
-        await c.aclose()
+    return make
 
 
 async def post_messages(host: Host, client: Callable[..., httpx.AsyncClient], *messages: tuple[str, str]) -> list[int]:
@@ -108,19 +101,9 @@ async def full_host(plugin_installer, host_cluster: HostCluster) -> Host:
 
 
 @pytest.fixture
-async def full_client(full_host: Host) -> AsyncIterator[Callable[..., httpx.AsyncClient]]:
-    """``http(token=None)`` -> an httpx client on the host's ASGI app."""
-    clients: list[httpx.AsyncClient] = []
-
-    def make(token: str | None = None) -> httpx.AsyncClient:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        c = httpx.AsyncClient(transport=httpx.ASGITransport(app=full_host.app), base_url="http://test", headers=headers)
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        await c.aclose()
+def full_client(full_host: Host, host_cluster: HostCluster) -> Callable[..., httpx.AsyncClient]:
+    """``full_client(token=None)`` -> ``host_cluster.client`` of ``full_host``."""
+    return lambda token=None: host_cluster.client(full_host, token or None)
 
 
 async def stored(host: Host) -> dict[str, tuple[int, Any]]:

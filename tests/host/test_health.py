@@ -20,11 +20,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from factstream.host.health import DATABASE_UNREACHABLE, LINK_DOWN, WRITER_STALLED, check_health
-from factstream.testing import TcpProxy, free_port, until, wait_until
-from tests.replication.test_processes import Cluster, start_pair
+from factstream.testing import TcpProxy, until, wait_until
+from tests.replication.test_processes import Cluster, probe_cluster, start_pair
 
-ROOT = Path(__file__).resolve().parents[2]
-PLUGINS = ROOT / "tests" / "plugin_projects"
 #: The grace period of the process tests: a link down longer than this makes the worker degraded.
 GRACE = 1.5
 
@@ -113,14 +111,11 @@ class HealthCluster(Cluster):
 
     def __init__(self, workdir: Path, database_url: str, env: dict[str, str]) -> None:
         super().__init__(workdir, database_url, env)
-        self.http_ports = {"main": free_port(), "worker1": free_port()}
-        self.configure(
-            instance_map={name: {"http_port": port} for name, port in self.http_ports.items()},
-            health={"link_grace_seconds": GRACE},
-        )
+        self.serve_http()
+        self.configure(health={"link_grace_seconds": GRACE})
 
     def get(self, name: str, path: str, **params: str) -> httpx.Response:
-        return httpx.get(f"http://127.0.0.1:{self.http_ports[name]}{path}", params=params, timeout=5)
+        return httpx.get(f"{self.url(name)}{path}", params=params, timeout=5)
 
     def metric(self, name: str, metric: str, **labels: str) -> float | None:
         """One sample of process ``name``'s ``/metrics`` (None if it has none)."""
@@ -134,16 +129,7 @@ class HealthCluster(Cluster):
 
 @pytest.fixture
 def cluster(plugin_installer, fresh_database, tmp_path) -> Iterator[HealthCluster]:
-    plugin_installer.from_project(PLUGINS / "notes")
-    plugin_installer.from_project(PLUGINS / "probe")
-    c = HealthCluster(tmp_path, fresh_database, plugin_installer.env())
-    c.migrate(c.config("main"))
-    try:
-        yield c
-    finally:
-        c.stop_all()
-        for proc in c.processes.values():
-            print(f"===== {proc.name} log ({proc.log_path}) =====\n{proc.tail(300)}")
+    yield from probe_cluster(HealthCluster, plugin_installer, fresh_database, tmp_path)
 
 
 def watch_degrade(cluster: HealthCluster, cut_at: float) -> dict[str, Any]:

@@ -25,21 +25,18 @@ class Cluster:
 
     def __init__(self, processes: ProcessCluster) -> None:
         self.processes = processes
-        self.ports = {"main": free_port(), "worker1": free_port()}
         processes.env["FACTSTREAM_LOAD_PLUGINS"] = "inbox"
-        processes.configure(
-            # worker1's port comes from --http-port (the CLI override)
-            instance_map={"main": {"http_port": self.ports["main"]}},
-            stream_writers={"inbox": ["main"]},
-            http={"tokens": TOKENS},
-        )
+        processes.configure(stream_writers={"inbox": ["main"]}, http={"tokens": TOKENS})
+        processes.serve_http("main")
+        # worker1's port comes from --http-port (the CLI override), not from the instance_map
+        processes.http_ports["worker1"] = free_port()
 
     def start(self, name: str) -> None:
-        args = ["--http-port", str(self.ports[name])] if name == "worker1" else []
+        args = ["--http-port", str(self.processes.http_ports[name])] if name == "worker1" else []
         self.processes.start(name, args=args, wait=False)
 
     def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.ports[name]}"
+        return self.processes.url(name)
 
     def logs(self) -> str:
         return self.processes.logs(lines=4000)

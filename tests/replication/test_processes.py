@@ -27,13 +27,20 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
 
 from factstream.db.engine import libpq_url
-from factstream.testing import FactstreamProcess, ProcessCluster, TcpProxy, read_json_lines, wait_until
+from factstream.testing import (
+    FactstreamProcess,
+    PluginInstaller,
+    ProcessCluster,
+    TcpProxy,
+    read_json_lines,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -185,19 +192,25 @@ def _ranges(tokens: list[int], limit: int = 12) -> str:
     return "[" + ", ".join(parts[:limit]) + more + "]"
 
 
-@pytest.fixture
-def cluster(plugin_installer, fresh_database, tmp_path) -> Iterator[Cluster]:
+ProbeCluster = TypeVar("ProbeCluster", bound=Cluster)
+
+
+def probe_cluster(
+    cls: type[ProbeCluster], plugin_installer: PluginInstaller, fresh_database: str, tmp_path: Path
+) -> Iterator[ProbeCluster]:
+    """The fixture of the probe's process tests (here, and with a subclass in tests/host/test_health.py):
+    a ``cls`` on ``fresh_database`` with the notes and probe plugins installed and the database migrated,
+    closed after the test (``ProcessCluster.close``: the processes stopped, their logs' tails printed)."""
     plugin_installer.from_project(PLUGINS / "notes")
     plugin_installer.from_project(PLUGINS / "probe")
-    c = Cluster(tmp_path, fresh_database, plugin_installer.env())
-    c.migrate(c.config("main"))
-    try:
+    with cls(tmp_path, fresh_database, plugin_installer.env()) as c:
+        c.migrate(c.config("main"))
         yield c
-    finally:
-        c.stop_all()
-        # Shown by pytest when the test failed.
-        for proc in c.processes.values():
-            print(f"===== {proc.name} log ({proc.log_path}) =====\n{proc.tail(300)}")
+
+
+@pytest.fixture
+def cluster(plugin_installer, fresh_database, tmp_path) -> Iterator[Cluster]:
+    yield from probe_cluster(Cluster, plugin_installer, fresh_database, tmp_path)
 
 
 def start_pair(

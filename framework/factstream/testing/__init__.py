@@ -53,6 +53,8 @@ instead of every installed plugin. Keyword arguments of ``configure`` and of a s
 ``FACTSTREAM_...`` variables.
 
 ``host_cluster.client(host, token)`` is an ``httpx.AsyncClient`` of a host's HTTP API (its ASGI app, no socket).
+Processes serve theirs on ports that ``process_cluster.serve_http()`` gives them: ``process_cluster.client(name,
+token)`` is an ``httpx.Client`` of one, ``process_cluster.wait_healthy(name)`` waits until its ``/health`` answers 200.
 
 In parallel (``pytest -n auto``, pytest-xdist), each worker has its own temporary directories, its own
 databases, its own TCP ports (``FACTSTREAM_PORTS``, a range per worker that ``free_port()`` draws from and
@@ -95,8 +97,8 @@ from factstream.db.engine import libpq_url
 from factstream.db.metadata import metadata
 from factstream.plugin.manager import PluginHost, PluginSelection, load_plugins
 from factstream.sockets import PORTS_ENV
-from factstream.testing.helpers import free_port, read_json_lines, until, wait_until
-from factstream.testing.hosts import INSTALL_TESTING, HostCluster
+from factstream.testing.helpers import INSTALL_TESTING, free_port, read_json_lines, until, wait_until
+from factstream.testing.hosts import HostCluster
 from factstream.testing.processes import FactstreamProcess, ProcessCluster, RedisServer, TcpProxy
 from factstream.testing.recorder import RecordedRow, RowRecorder
 from factstream.testing.spark import SparkStandalone
@@ -688,13 +690,8 @@ def process_cluster(tmp_path: Path, plugin_installer: PluginInstaller, fresh_dat
     ``process_cluster.start("main")`` migrates the database first if nothing did. After the test,
     every process is stopped and the tail of its log printed (pytest shows it when the test failed).
     """
-    cluster = ProcessCluster(tmp_path / "process-cluster", fresh_database, plugin_installer.env())
-    try:
+    with ProcessCluster(tmp_path / "process-cluster", fresh_database, plugin_installer.env()) as cluster:
         yield cluster
-    finally:
-        cluster.stop_all()
-        for proc in cluster.processes.values():
-            print(f"===== {proc.name} log ({proc.log_path}) =====\n{proc.tail(300)}")
 
 
 @pytest.fixture

@@ -18,6 +18,12 @@ from typing import Any
 
 from factstream.sockets import free_port as free_port
 
+#: What to do when a test tool that factstream.testing uses is missing.
+INSTALL_TESTING = (
+    "Install factstream's testing extra (pytest, pytest-asyncio, httpx) in this environment: "
+    'uv pip install "factstream[testing]" (or pip install "factstream[testing]")'
+)
+
 
 def _timed_out(what: str, timeout: float, detail: Callable[[], str] | None) -> AssertionError:
     extra = detail() if detail is not None else ""
@@ -96,3 +102,19 @@ def merge_config(base: Mapping[str, Any], *overrides: Mapping[str, Any]) -> dict
             else:
                 merged[key] = merge_config(value) if isinstance(value, Mapping) else value
     return merged
+
+
+def require_httpx(user: str) -> None:
+    """Check that ``httpx`` can be imported, for ``user`` (a method that makes clients): a
+    ``ModuleNotFoundError`` that says how to install it if not (it comes with the testing extra, not
+    with factstream)."""
+    try:
+        import httpx  # noqa: F401
+    except ModuleNotFoundError as missing:
+        message = f"{user} needs httpx, which is not installed. {INSTALL_TESTING}"
+        raise ModuleNotFoundError(message, name="httpx") from missing
+
+
+def bearer(token: str | None) -> dict[str, str]:
+    """The headers of a client that sends ``token`` (none without one)."""
+    return {"Authorization": f"Bearer {token}"} if token is not None else {}

@@ -25,13 +25,7 @@ from typing import TYPE_CHECKING, Any
 from factstream.config import Settings, load_config
 from factstream.host.app import Host
 from factstream.plugin.manager import PluginHost, load_plugins
-from factstream.testing.helpers import free_port, merge_config, until
-
-#: What to do when a test tool that factstream.testing uses is missing.
-INSTALL_TESTING = (
-    "Install factstream's testing extra (pytest, pytest-asyncio, httpx) in this environment: "
-    'uv pip install "factstream[testing]" (or pip install "factstream[testing]")'
-)
+from factstream.testing.helpers import bearer, free_port, merge_config, require_httpx, until
 
 if TYPE_CHECKING:
     import httpx
@@ -229,23 +223,23 @@ class HostCluster:
             f"{target.instance_name} to follow {', '.join(streams)}",
         )
 
-    def client(self, host: Host | str, token: str | None = None) -> httpx.AsyncClient:
+    def client(self, host: Host | str, token: str | None = None, *, timeout: float = 5.0) -> httpx.AsyncClient:
         """An HTTP client of ``host``'s API, sending ``Authorization: Bearer <token>`` when a token is given.
 
         Requests go straight to the host's ASGI application in this process (no socket, no port);
-        responses are the API's own. The client is closed with the cluster. Needs ``httpx``.
+        responses are the API's own. A request that takes over ``timeout`` seconds (httpx's default; a
+        long poll wants more) fails. The client is closed with the cluster. Needs ``httpx``.
         """
-        try:
-            import httpx
-        except ModuleNotFoundError as missing:
-            raise ModuleNotFoundError(
-                f"host_cluster.client needs httpx, which is not installed. {INSTALL_TESTING}", name="httpx"
-            ) from missing
+        require_httpx("host_cluster.client")
+        import httpx
 
         target = self[host] if isinstance(host, str) else host
-        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-        transport = httpx.ASGITransport(app=target.app)
-        client = httpx.AsyncClient(transport=transport, base_url=f"http://{target.instance_name}", headers=headers)
+        client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=target.app),
+            base_url=f"http://{target.instance_name}",
+            headers=bearer(token),
+            timeout=timeout,
+        )
         self._clients.append(client)
         return client
 

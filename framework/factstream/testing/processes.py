@@ -7,6 +7,10 @@ a deployment name of its own), migrates the database with ``factstream migrate``
 ``factstream -c FILE -v run --instance NAME`` processes, each logging to ``<workdir>/<name>.log``. A
 process has started when its log shows ``instance NAME started`` (the host logs it once its plugins'
 ``startup`` hooks ran and its HTTP API listens). Every process still running is stopped at teardown.
+
+Instances given a port by :meth:`ProcessCluster.serve_http` serve their HTTP API on it:
+:meth:`ProcessCluster.client` is a client of it, :meth:`ProcessCluster.wait_healthy` waits until its
+``/health`` answers 200.
 """
 
 from __future__ import annotations
@@ -22,12 +26,16 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import yaml
 
 from factstream.sockets import nodelay, set_nodelay
-from factstream.testing.helpers import free_port, merge_config, wait_until
+from factstream.testing.helpers import bearer, free_port, merge_config, require_httpx, wait_until
+
+if TYPE_CHECKING:
+    import httpx
 
 START_TIMEOUT = 30.0
 T = TypeVar("T")
@@ -157,6 +165,8 @@ class ProcessCluster:
     then the defaults given to :meth:`configure`, then the overrides of one :meth:`config` call.
     ``env`` is the processes' environment (``plugin_installer.env()`` in the fixture, so they see the
     test's plugins), with ``NO_COLOR``, ``COLUMNS`` and ``PYTHONUNBUFFERED`` set.
+
+    Used as a context manager (as the fixture uses it), the cluster is closed on leaving: see :meth:`close`.
     """
 
     def __init__(
@@ -182,7 +192,10 @@ class ProcessCluster:
         #: Called (last added first) at :meth:`stop_all`, after the processes stopped.
         self.cleanups: list[Callable[[], None]] = []
         self.migrated = False
+        #: The HTTP port of each instance that serves its API (:meth:`serve_http`).
+        self.http_ports: dict[str, int] = {}
         self._defaults: dict[str, Any] = {}
+        self._clients: list[httpx.Client] = []
 
     def configure(self, *, instances: Sequence[str] | None = None, **config: Any) -> ProcessCluster:
         """Configuration defaults of every file written from now on (merged into those given before);
@@ -276,6 +289,48 @@ class ProcessCluster:
             proc.wait_started()
         return proc
 
+    # -- the HTTP API of the processes ----------------------------------------------------------------------
+
+    def serve_http(self, *instances: str) -> dict[str, int]:
+        """Give each of ``instances`` (by default, each of :attr:`instances`) a free port for its HTTP API,
+        its ``http_port`` in the ``instance_map`` of every file written from now on; returns the ports
+        (kept in :attr:`http_ports`)."""
+        ports = {name: free_port() for name in instances or self.instances}
+        self.http_ports.update(ports)
+        self.configure(instance_map={name: {"http_port": port} for name, port in ports.items()})
+        return ports
+
+    def url(self, instance: str) -> str:
+        """The base URL of ``instance``'s HTTP API (on its port in :attr:`http_ports`)."""
+        return f"http://127.0.0.1:{self.http_ports[instance]}"
+
+    def client(self, instance: str, token: str | None = None, *, timeout: float = 5.0) -> httpx.Client:
+        """A (blocking) HTTP client of ``instance``'s API, sending ``Authorization: Bearer <token>`` when a
+        token is given; a request that takes over ``timeout`` seconds fails. The cluster closes it when
+        it closes (a ``with`` block may close it sooner). Needs ``httpx``."""
+        require_httpx("process_cluster.client")
+        import httpx
+
+        client = httpx.Client(base_url=self.url(instance), headers=bearer(token), timeout=timeout)
+        self._clients.append(client)
+        return client
+
+    def healthy(self, instance: str) -> bool:
+        """Whether ``instance``'s ``/health`` answers 200 now (not while it is degraded or does not listen)."""
+        require_httpx("process_cluster.healthy")
+        import httpx
+
+        try:
+            return httpx.get(f"{self.url(instance)}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def wait_healthy(self, instance: str, timeout: float = START_TIMEOUT) -> None:
+        """Wait until ``instance``'s ``/health`` answers 200 (its HTTP API listens, and it is not degraded)."""
+        wait_until(lambda: self.healthy(instance), timeout, f"{instance} to answer /health", detail=self.logs)
+
+    # -- teardown -----------------------------------------------------------------------------------------
+
     def logs(self, lines: int = 40) -> str:
         """The last ``lines`` of every process's log, for an assertion message."""
         return "".join(f"\n--- {p.name} (last {lines} lines) ---\n{p.tail(lines)}" for p in self.processes.values())
@@ -287,6 +342,24 @@ class ProcessCluster:
         for cleanup in reversed(self.cleanups):
             with contextlib.suppress(Exception):
                 cleanup()
+
+    def close(self) -> None:
+        """The end of a test: close the clients, :meth:`stop_all`, then print the tail of every log, which
+        pytest shows when the test failed."""
+        for client in self._clients:
+            client.close()
+        self._clients.clear()
+        self.stop_all()
+        for proc in self.processes.values():
+            print(f"===== {proc.name} log ({proc.log_path}) =====\n{proc.tail(300)}")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 # -- fault injection ---------------------------------------------------------------------------------------

@@ -28,7 +28,6 @@ from factstream.testing import (
     ProcessCluster,
     RedisServer,
     TcpProxy,
-    free_port,
     read_json_lines,
     wait_until,
 )
@@ -61,16 +60,15 @@ class Deployment:
         cluster.cleanups.append(self.proxy.close)
         for key in [k for k in cluster.env if k.startswith("FACTSTREAM_PROBE_")]:
             del cluster.env[key]
-        self.http = {name: free_port() for name in ("main", "writer2", "worker1")}
         cluster.configure(
-            instances=list(self.http),
-            instance_map={name: {"http_port": port} for name, port in self.http.items()},
+            instances=["main", "writer2", "worker1"],
             stream_writers={"account_data": ["main", "writer2"], "to_device": ["main", "writer2"]},
             http={
                 "tokens": {token_of(u): {"user": u, "write": True} for u in USERS},
                 "sync_timeout_max_seconds": 5,
             },
         )
+        cluster.serve_http()
         self.configs = {
             name: cluster.config(name, redis_url=f"redis://127.0.0.1:{port}/0")
             for name, port in (("direct", redis.port), ("proxied", self.proxy.port))
@@ -87,22 +85,11 @@ class Deployment:
         env = {"FACTSTREAM_PROBE_RECORD": str(self.record)} if name == "worker1" else {}
         config = self.configs["proxied" if name == "worker1" else "direct"]
         proc = self.cluster.start(name, config, env=env)
-        wait_until(lambda: self._healthy(name), 30, f"{name} to answer /health", detail=self.logs)
+        self.cluster.wait_healthy(name, 30)
         return proc
 
-    def _healthy(self, name: str) -> bool:
-        try:
-            return httpx.get(f"{self.url(name)}/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.http[name]}"
-
     def client(self, name: str, user: str, timeout: float = 15.0) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.url(name), headers={"Authorization": f"Bearer {token_of(user)}"}, timeout=timeout
-        )
+        return self.cluster.client(name, token_of(user), timeout=timeout)
 
     def recorded(self, stream: str) -> list[tuple[str, int]]:
         return [(r["instance"], r["token"]) for r in read_json_lines(self.record) if r["stream"] == stream]

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -32,11 +33,12 @@ TOKENS = {
 
 @pytest.fixture
 def api_host(host_cluster: HostCluster) -> Callable[..., Any]:
-    """``await api_host(name="main", writers=("main",), **http)``: a started host whose HTTP API accepts
-    ``TOKENS``; ``writers`` write the bundled streams."""
+    """``await api_host(name="main", writers=("main",), **http)``: the :class:`Api` of a started host whose
+    HTTP API accepts ``TOKENS``; ``writers`` write the bundled streams."""
 
-    async def start(name: str = "main", writers: tuple[str, ...] = ("main",), **http: Any) -> Host:
-        return await host_cluster(name, stream_writers=writing(*writers), http={"tokens": TOKENS, **http})
+    async def start(name: str = "main", writers: tuple[str, ...] = ("main",), **http: Any) -> Api:
+        host = await host_cluster(name, stream_writers=writing(*writers), http={"tokens": TOKENS, **http})
+        return Api(host, host_cluster.client(host, "alice-token"), host_cluster.client(host, "bob-token"))
 
     return start
 
@@ -44,21 +46,13 @@ def api_host(host_cluster: HostCluster) -> Callable[..., Any]:
 TXN_IDS = itertools.count()
 
 
+@dataclass(frozen=True)
 class Api:
-    """Alice sends, Bob syncs, through the host's ASGI app."""
+    """Alice sends, Bob syncs, through the host's ASGI app (clients closed with the host cluster)."""
 
-    def __init__(self, host: Host) -> None:
-        self.host = host
-        self.alice = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=host.app),
-            base_url="http://test",
-            headers={"Authorization": "Bearer alice-token"},
-        )
-        self.bob = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=host.app),
-            base_url="http://test",
-            headers={"Authorization": "Bearer bob-token"},
-        )
+    host: Host
+    alice: httpx.AsyncClient
+    bob: httpx.AsyncClient
 
     async def send(self, device: str, content: dict[str, Any]) -> None:
         response = await self.alice.put(
@@ -107,16 +101,10 @@ class Api:
         )
         return [json.loads(r[0]) for r in rows]
 
-    async def close(self) -> None:
-        await self.alice.aclose()
-        await self.bob.aclose()
-
 
 @pytest.fixture
-async def api(api_host) -> AsyncIterator[Api]:
-    api = Api(await api_host())
-    yield api
-    await api.close()
+async def api(api_host) -> Api:
+    return await api_host()
 
 
 async def test_a_sync_with_the_last_token_acknowledges_the_last_page_although_nothing_is_new(api):
@@ -189,40 +177,33 @@ async def test_an_idle_devices_syncs_make_no_query_and_a_new_message_is_still_se
 
 
 async def test_a_message_replicated_to_a_device_known_to_be_empty_is_delivered(host_cluster, api_host, api):
-    worker = Api(await api_host("worker1"))
-    try:
-        await host_cluster.following(worker.host, "to_device")
-        _, since = await worker.sync("D")
-        assert await worker.sync("D", since) == ([], since)  # the worker now knows D's inbox is empty
+    worker = await api_host("worker1")
+    await host_cluster.following(worker.host, "to_device")
+    _, since = await worker.sync("D")
+    assert await worker.sync("D", since) == ([], since)  # the worker now knows D's inbox is empty
 
-        await api.send("D", {"n": 1})  # written by main, replicated to the worker
-        assert (await worker.sync("D", since, wait=True))[0] == [{"n": 1}]
-    finally:
-        await worker.close()
+    await api.send("D", {"n": 1})  # written by main, replicated to the worker
+    assert (await worker.sync("D", since, wait=True))[0] == [{"n": 1}]
 
 
 async def test_a_page_cut_at_the_limit_hides_nothing_of_a_writer_it_did_not_reach(host_cluster, api_host):
     writers = ("main", "worker1")
-    main = Api(await api_host("main", writers, sync_limit=2))
-    worker = Api(await api_host("worker1", writers, sync_limit=2))
-    try:
-        await host_cluster.following(worker.host, "to_device")
-        for n in range(3):
-            await main.send("D", {"n": n})
-        await worker.send("D", {"n": 3})  # after main's three in the shared sequence
-        written = worker.host.id_generator("to_device").get_current_token_for_writer("worker1")
-        assert await main.host.wait_for_stream_position("worker1", "to_device", written)
+    main = await api_host("main", writers, sync_limit=2)
+    worker = await api_host("worker1", writers, sync_limit=2)
+    await host_cluster.following(worker.host, "to_device")
+    for n in range(3):
+        await main.send("D", {"n": n})
+    await worker.send("D", {"n": 3})  # after main's three in the shared sequence
+    written = worker.host.id_generator("to_device").get_current_token_for_writer("worker1")
+    assert await main.host.wait_for_stream_position("worker1", "to_device", written)
 
-        first, since, limited = await main.sync_page("D", None)
-        assert (first, limited) == ([{"n": 0}, {"n": 1}], True)
-        # The page held nothing of worker1: its message is still to come, after main's last.
-        rest, since, _ = await main.sync_page("D", since)
-        assert rest == [{"n": 2}, {"n": 3}]
-        assert (await main.sync("D", since))[0] == []
-        assert await main.inbox("D") == []
-    finally:
-        await worker.close()
-        await main.close()
+    first, since, limited = await main.sync_page("D", None)
+    assert (first, limited) == ([{"n": 0}, {"n": 1}], True)
+    # The page held nothing of worker1: its message is still to come, after main's last.
+    rest, since, _ = await main.sync_page("D", since)
+    assert rest == [{"n": 2}, {"n": 3}]
+    assert (await main.sync("D", since))[0] == []
+    assert await main.inbox("D") == []
 
 
 # -- the invariant, over random sequences of sends and syncs ---------------------------------------------
@@ -248,7 +229,7 @@ async def test_every_message_is_delivered_until_a_token_at_or_past_it_acknowledg
     there are any (owed at the client's own token), else all of them. A sync naming no device returns
     none and acknowledges nothing.
     """
-    api = Api(await api_host(sync_limit=LIMIT))
+    api = await api_host(sync_limit=LIMIT)
     loop = asyncio.get_running_loop()
     examples = iter(range(10**6))
 
@@ -288,7 +269,4 @@ async def test_every_message_is_delivered_until_a_token_at_or_past_it_acknowledg
         # hypothesis runs the body synchronously; run each example on this test's loop.
         asyncio.run_coroutine_threadsafe(run(steps), loop).result(60)
 
-    try:
-        await asyncio.to_thread(check)
-    finally:
-        await api.close()
+    await asyncio.to_thread(check)

@@ -23,7 +23,7 @@ import pytest
 from factstream_events.shared.sharding import writer_for
 
 from factstream.db.engine import libpq_url
-from factstream.testing import ProcessCluster, free_port, wait_until
+from factstream.testing import ProcessCluster, wait_until
 from tests.bundled.events.conftest import TOKENS, token_of
 from tests.bundled.events.multiwriter import ALICE, BOB, INSTANCES, WAITING, WRITERS
 
@@ -38,32 +38,21 @@ class Deployment:
 
     def __init__(self, cluster: ProcessCluster, redis_url: str | None) -> None:
         self.cluster = cluster
-        self.http = {name: free_port() for name in INSTANCES}
         cluster.configure(
             instances=list(INSTANCES),
-            instance_map={name: {"http_port": port} for name, port in self.http.items()},
             stream_writers={"events": list(WRITERS), "backfill": list(WRITERS)},
             http={"tokens": TOKENS, "sync_timeout_max_seconds": 30},
         )
+        cluster.serve_http()
         self.config = cluster.config("multiwriter", redis_url=redis_url)
         cluster.migrate(self.config)
         for name in INSTANCES:
             cluster.start(name, self.config)
         for name in INSTANCES:
-            wait_until(lambda n=name: self.healthy(n), 60, f"{name} to answer /health", detail=cluster.logs)
-
-    def healthy(self, name: str) -> bool:
-        try:
-            return httpx.get(f"{self.url(name)}/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.http[name]}"
+            cluster.wait_healthy(name, 60)
 
     def client(self, name: str, user: str = BOB) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {token_of(user)}"}
-        return httpx.Client(base_url=self.url(name), headers=headers, timeout=60)
+        return self.cluster.client(name, token_of(user), timeout=60)
 
     def call(self, name: str, user: str, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         with self.client(name, user) as http:

@@ -25,7 +25,6 @@ from factstream_events.rules.tokens import MAX_TOKEN_LENGTH, MAX_WRITERS, Positi
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from factstream.host.app import Host
 from factstream.testing import HostCluster
 from tests.bundled.events.conftest import store_of, token_of
 from tests.bundled.events.multiwriter import ALICE, BOB, WRITERS, Stall, caught_up, owned_rooms, two_writers
@@ -132,10 +131,6 @@ def text(body: str) -> dict[str, str]:
     return {"msgtype": "m.text", "body": body}
 
 
-def client(host_cluster: HostCluster, host: Host, user: str = BOB) -> httpx.AsyncClient:
-    return host_cluster.client(host, token_of(user))
-
-
 async def get(http: httpx.AsyncClient, path: str, **params: Any) -> dict[str, Any]:
     response = await http.get(path, params=params)
     assert response.status_code == 200, response.text
@@ -158,7 +153,7 @@ async def test_a_stalled_writer_holds_back_only_its_own_rooms_and_its_event_come
     rooms = await owned_rooms(hosts, 1, BOB)
     slow_room, quick_room = rooms["w1"][0], rooms["w2"][0]
     await caught_up(hosts)
-    readers = {name: client(host_cluster, host) for name, host in hosts.items()}
+    readers = {name: host_cluster.client(host, token_of(BOB)) for name, host in hosts.items()}
     start = {name: (await get(http, "/events"))["next"] for name, http in readers.items()}
     sync_start = (await get(readers["worker1"], "/sync", filter=FILTER))["next_batch"]
 
@@ -214,7 +209,7 @@ async def test_old_s_and_t_tokens_keep_working_with_two_writers_on_every_route(h
     )
     old_sync = {}
     for name, host in hosts.items():
-        body = await get(client(host_cluster, host), "/sync", filter=FILTER)
+        body = await get(host_cluster.client(host, token_of(BOB)), "/sync", filter=FILTER)
         fields = body["next_batch"].split("_")
         room_field = [i for i, f in enumerate(fields) if f.startswith(("s", "m"))]
         assert len(room_field) == 1, body["next_batch"]
@@ -226,7 +221,7 @@ async def test_old_s_and_t_tokens_keep_working_with_two_writers_on_every_route(h
     expected = {room: [event] for room, event in after.items()}
 
     for name, host in hosts.items():
-        http = client(host_cluster, host)
+        http = host_cluster.client(host, token_of(BOB))
         answer = await get(http, "/events", **{"from": f"s{k}"})
         assert new_messages(answer, "events") == expected, name
         assert new_messages(await get(http, "/events", **{"from": answer["next"]}), "events") == {}
@@ -246,7 +241,7 @@ async def test_old_s_and_t_tokens_keep_working_with_two_writers_on_every_route(h
 async def test_an_unknown_writer_in_a_token_is_a_400_naming_the_parameter(host_cluster: HostCluster) -> None:
     hosts = await two_writers(host_cluster, "tcp")
     rooms = await owned_rooms(hosts, 1, BOB)
-    async with client(host_cluster, hosts["worker1"]) as http:
+    async with host_cluster.client(hosts["worker1"], token_of(BOB)) as http:
         for path, name in (("/events", "from"), (f"/rooms/{rooms['w1'][0]}/messages", "from")):
             response = await http.get(path, params={name: "m5~999.7"})
             assert response.status_code == 400, response.text
@@ -309,7 +304,7 @@ async def test_consecutive_reads_deliver_every_message_once_in_stream_order_what
 
     async def run(ops: list[tuple[str, Any]]) -> None:
         n = len(examples)
-        chains = [Chain(h, k, client(host_cluster, hosts[h])) for h in hosts for k in ("events", "sync")]
+        chains = [Chain(h, k, host_cluster.client(hosts[h], token_of(BOB))) for h in hosts for k in ("events", "sync")]
         for chain in chains:
             await chain.begin()
         stalls: dict[str, tuple[Stall, str]] = {}

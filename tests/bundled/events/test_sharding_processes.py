@@ -38,7 +38,7 @@ import pytest
 from factstream_events.shared.sharding import writer_for
 
 from factstream.db.engine import libpq_url
-from factstream.testing import ProcessCluster, RedisServer, free_port, read_json_lines, wait_until
+from factstream.testing import ProcessCluster, RedisServer, read_json_lines, wait_until
 from tests.bundled.events.remote_history import ROOM_VERSION, Built, RemoteRoom
 
 pytestmark = pytest.mark.slow
@@ -76,13 +76,12 @@ class Shards:
 
     def __init__(self, cluster: ProcessCluster, transport: str, redis: RedisServer) -> None:
         self.cluster = cluster
-        self.http = {name: free_port() for name in PROCESSES}
         cluster.configure(
             instances=list(PROCESSES),
-            instance_map={name: {"http_port": port} for name, port in self.http.items()},
             stream_writers={"events": list(WRITERS), "backfill": list(WRITERS)},
             http={"tokens": TOKENS},
         )
+        cluster.serve_http()
         redis_url = f"redis://127.0.0.1:{redis.port}/0" if transport == "redis" else None
         self.config = cluster.config("shards", redis_url=redis_url)
         cluster.migrate(self.config)
@@ -90,13 +89,10 @@ class Shards:
             env = {"FACTSTREAM_EVENTSPROBE_RECORD": str(self.record(name)), "FACTSTREAM_EVENTSPROBE_LOCAL": "1"}
             cluster.start(name, self.config, env=env)
         self.clients = {
-            (name, who): httpx.Client(base_url=self.url(name), headers={"Authorization": f"Bearer {token}"}, timeout=30)
+            (name, who): cluster.client(name, token, timeout=30)
             for name in PROCESSES
             for who, token in (("alice", "tok-alice"), ("server", "tok-server"))
         }
-
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.http[name]}"
 
     def record(self, name: str) -> Path:
         return self.cluster.workdir / f"{name}.rows.jsonl"

@@ -54,7 +54,7 @@ import pytest
 from factstream_events.shared.sharding import writer_for
 
 from factstream.db.engine import libpq_url
-from factstream.testing import ProcessCluster, free_port, wait_until
+from factstream.testing import ProcessCluster, wait_until
 from tests.bundled.events.soak_oracle import EVENTS_SQL, Expectation, StoredEvent, replay, stored_events
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]  # a timing-sensitive soak: run alone
@@ -93,32 +93,21 @@ class Deployment:
     ) -> None:
         self.cluster = cluster
         self.writers = writers
-        self.http = {name: free_port() for name in (*writers, "worker1")}
         cluster.configure(
-            instances=list(self.http),
-            instance_map={name: {"http_port": port} for name, port in self.http.items()},
+            instances=[*writers, "worker1"],
             stream_writers={"events": list(writers), "backfill": list(writers)},
             http={"tokens": {token_of(u): {"user": u} for u in users}, "sync_timeout_max_seconds": 5},
         )
+        cluster.serve_http()
         self.config = cluster.config("soak", redis_url=redis_url)
         cluster.migrate(self.config)
 
     def start(self, name: str) -> None:
         self.cluster.start(name, self.config)
-        wait_until(lambda: self.healthy(name), 30, f"{name} to answer /health", detail=self.cluster.logs)
-
-    def healthy(self, name: str) -> bool:
-        try:
-            return httpx.get(f"{self.url(name)}/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.http[name]}"
+        self.cluster.wait_healthy(name, 30)
 
     def client(self, name: str, user: str, timeout: float = 15.0) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {token_of(user)}"}
-        return httpx.Client(base_url=self.url(name), headers=headers, timeout=timeout)
+        return self.cluster.client(name, token_of(user), timeout=timeout)
 
     def fetch(self, sql: str) -> list[tuple[Any, ...]]:
         with psycopg.connect(libpq_url(self.cluster.database_url), autocommit=True) as conn:
