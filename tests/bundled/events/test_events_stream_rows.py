@@ -30,7 +30,7 @@ from factstream_events.shared.rows import (
 )
 from factstream_events.store import RemoteEvent
 from factstream_events.updates import events_updates
-from factstream_events.write.create import Draft
+from factstream_events.write.create import Draft, LocalWrite
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -135,7 +135,7 @@ def position(host: Host) -> int:
 async def state_batch(host: Host, room: str, n: int, prefix: str) -> int:
     """One batch of ``n`` new state events (``n`` state rows at its first ID); that ID."""
     low = position(host)
-    await store_of(host)._local(room, [Draft("m.test", ALICE, {}, f"{prefix}{i}") for i in range(n)])
+    await store_of(host)._local(room, LocalWrite(tuple(Draft("m.test", ALICE, {}, f"{prefix}{i}") for i in range(n))))
     return low + 1
 
 

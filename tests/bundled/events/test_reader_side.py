@@ -23,7 +23,7 @@ from factstream_events.read.timeline import ROOMS_FOR_USER
 from factstream_events.shared.rows import STATE_ALL
 from factstream_events.store import RemoteEvent
 from factstream_events.updates import events_updates
-from factstream_events.write.create import Draft
+from factstream_events.write.create import Draft, LocalWrite
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -150,7 +150,7 @@ async def test_a_state_all_row_drops_the_rooms_state_and_every_users_memberships
         for user in (BOB, CAROL):
             await store_of(host).timeline.rooms_for_user(user)
     drafts = [Draft("m.test", ALICE, {"n": i}, f"k{i}") for i in range(150)]
-    await store._local(room, drafts)
+    await store._local(room, LocalWrite(tuple(drafts)))
     token = await caught_up(main, worker)
     rows, _, _ = await events_updates(main.api.database(), "main", low, token, 1000)
     assert [row.data for _, row in rows if row.kind == STATE_ALL] == [(room,)]
