@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import importlib
 import os
 import re
 import shutil
@@ -100,6 +101,7 @@ from factstream.sockets import PORTS_ENV
 from factstream.testing.helpers import INSTALL_TESTING, free_port, read_json_lines, until, wait_until
 from factstream.testing.hosts import HostCluster
 from factstream.testing.processes import FactstreamProcess, ProcessCluster, RedisServer, TcpProxy
+from factstream.testing.recorder import PLUGIN_SOURCE as RECORDER_PLUGIN
 from factstream.testing.recorder import RecordedRow, RowRecorder
 from factstream.testing.spark import SparkStandalone
 
@@ -604,7 +606,9 @@ def plugin_installer() -> Iterator[PluginInstaller]:
 def row_recorder(plugin_installer: PluginInstaller) -> RowRecorder:
     """The rows each in-process host of this test received, through a recorder plugin installed now (see
     :mod:`factstream.testing.recorder`): ask for it before the hosts start."""
-    return RowRecorder.install(plugin_installer)
+    plugin = plugin_installer.from_source("row_recorder", RECORDER_PLUGIN)
+    recorder: RowRecorder = importlib.import_module(plugin.module).recorder
+    return recorder
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 A replication test asks what reached a host: which rows, written by whom, at which token, in what
 order. The recorder answers as a plugin sees it. The ``row_recorder`` fixture installs, through
-``plugin_installer`` like any other plugin, a one-module plugin (:data:`PLUGIN_SOURCE`) whose rows
+``plugin_installer`` like any other plugin, a one-module plugin (``PLUGIN_SOURCE``) whose rows
 handler, registered for every stream, appends a :class:`RecordedRow` to the list of the host it runs
 in; the fixture returns that plugin's :class:`RowRecorder`. A plugin's tests use it so::
 
@@ -23,14 +23,10 @@ installed for one test and imported afresh by the next.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from factstream import HostApi, RegisterRowsHandler, RowsHandler, RowsHandlerSpec, StreamSpec
-
-if TYPE_CHECKING:
-    from factstream.testing import PluginInstaller
 
 #: The recorder plugin's module (``__init__.py``): one :class:`RowRecorder`, named ``recorder``, whose
 #: handlers it registers for every stream.
@@ -59,18 +55,12 @@ class RecordedRow(NamedTuple):
 class RowRecorder:
     """The rows each host of this process received, per host, in the order its rows handlers saw them.
 
-    :meth:`install` puts one in a test (the ``row_recorder`` fixture); :meth:`rows` reads it.
+    The ``row_recorder`` fixture installs the plugin (``PLUGIN_SOURCE``) that makes one; :meth:`rows`
+    reads it.
     """
 
     def __init__(self) -> None:
         self._received: dict[str, list[RecordedRow]] = {}
-
-    @classmethod
-    def install(cls, installer: PluginInstaller, name: str = "row_recorder") -> RowRecorder:
-        """Install the recorder plugin as ``name`` through ``installer`` and return its recorder."""
-        plugin = installer.from_source(name, PLUGIN_SOURCE)
-        recorder: RowRecorder = importlib.import_module(plugin.module).recorder
-        return recorder
 
     def rows(self, instance: str, stream: str | None = None) -> list[RecordedRow]:
         """What host ``instance`` received so far (of ``stream`` only, when given), in arrival order:
