@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from factstream.host.app import Host
-from factstream.testing import until
+from factstream.testing import RecordedRow, until
 
 
 async def append_notes(host: Host, n: int, author: str = "ada") -> list[int]:
@@ -17,6 +17,15 @@ async def append_notes(host: Host, n: int, author: str = "ada") -> list[int]:
         async with host.database().transaction() as txn:
             ids.append(await gen.append_txn(txn, "notes", {"author": f"{author}{i}", "body": "x"}))
     return ids
+
+
+def received(name: str) -> list[RecordedRow]:
+    """The rows host ``name`` received, for the tests of this folder that do not take ``row_recorder``
+    themselves: ``notes_db`` installs it for every ``host_cluster`` test (its plugin module is loaded)."""
+    import factstream_row_recorder  # type: ignore[import-not-found]
+
+    rows: list[RecordedRow] = factstream_row_recorder.recorder.rows(name)
+    return rows
 
 
 @pytest.fixture(params=["tcp", "redis"])
