@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -119,11 +120,18 @@ def assert_nothing_left(copy: Copy, pids: list[int]) -> None:
 
 
 @pytest.fixture(scope="module")
-def copy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Copy]:
-    c = fresh_copy(tmp_path_factory.mktemp("demo-clone"))
-    yield c
-    for line in processes_using(c.root):  # only after a failure: do not leave them to other tests
-        os.kill(int(line.split(":")[0]), signal.SIGKILL)
+def copy() -> Iterator[Copy]:
+    # Not under pytest's temporary root: as root, the demo's embedded PostgreSQL runs as another user,
+    # and every pytest session that starts (a test's own pytest run, in another worker) makes
+    # /tmp/pytest-of-root private again (0700), which cut a demo's server off from its data (seen in CI).
+    root = Path(tempfile.mkdtemp(prefix="factstream-demo-clone-"))
+    c = fresh_copy(root)
+    try:
+        yield c
+    finally:
+        for line in processes_using(c.root):  # only after a failure: do not leave them to other tests
+            os.kill(int(line.split(":")[0]), signal.SIGKILL)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

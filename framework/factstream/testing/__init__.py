@@ -169,7 +169,7 @@ def worker_ports(worker: str) -> str | None:
 
 
 @pytest.fixture(scope="session")
-def factstream_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def factstream_server_url() -> Iterator[str]:
     """A PostgreSQL server URL: ``$FACTSTREAM_TEST_DATABASE_URL`` or an embedded server for the session."""
     url = os.environ.get(TEST_DATABASE_ENV)
     if not url and _services_required():
@@ -183,10 +183,16 @@ def factstream_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield url
         _DATABASES.wait()
         return
-    state = tmp_path_factory.mktemp("factstream-state")
-    yield start_embedded(state)
-    _DATABASES.wait()
-    stop_embedded(state)
+    # Not under pytest's temporary root: as root, the wheel runs PostgreSQL as another user, and every
+    # pytest session that starts (a test's own pytest run included) makes /tmp/pytest-of-root private
+    # again (0700), which cuts a running server off from its data directory.
+    state = Path(tempfile.mkdtemp(prefix="factstream-test-state-"))
+    try:
+        yield start_embedded(state)
+        _DATABASES.wait()
+        stop_embedded(state)
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def create_database(server_url: str, prefix: str = "fs_test") -> str:
