@@ -71,10 +71,9 @@ class RoomPlan:
 
 @dataclass(frozen=True, slots=True)
 class ReadPlan:
-    """The rooms of one read, by ID, and the user's membership changes it was built from."""
+    """The rooms of one read, by ID."""
 
     rooms: Mapping[str, RoomPlan]
-    changes: tuple[Row, ...] = ()
 
     def timelines(self) -> list[RoomPlan]:
         """The rooms whose timeline is read."""
@@ -87,7 +86,7 @@ def plan_changes(joined: Iterable[str], changes: Sequence[Row], top: int) -> Rea
     rooms = {room_id: RoomPlan(room_id, "join", top) for room_id in joined}
     for change in changes:
         fold(rooms, change, top)
-    return ReadPlan(MappingProxyType(rooms), tuple(changes))
+    return ReadPlan(MappingProxyType(rooms))
 
 
 def fold(rooms: dict[str, RoomPlan], change: Row, top: int) -> None:
