@@ -572,8 +572,19 @@ def process_cluster(tmp_path: Path, plugin_installer: PluginInstaller, fresh_dat
     ``process_cluster.start("main")`` migrates the database first if nothing did. After the test,
     every process is stopped and the tail of its log printed (pytest shows it when the test failed).
     """
-    with ProcessCluster(tmp_path / "process-cluster", fresh_database, plugin_installer.env()) as cluster:
+    env = plugin_installer.env()
+    with ProcessCluster(tmp_path / "process-cluster", fresh_database, env, migrate_empty=_migrate_if_empty) as cluster:
         yield cluster
+
+
+def _migrate_if_empty(url: str, env: Mapping[str, str]) -> bool:
+    """Migrate the database ``url`` names for the plugins ``env`` selects (as ``factstream migrate`` run
+    with ``env`` would), from the template, if it holds no table yet; ``False`` (nothing done) otherwise."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_tables WHERE schemaname = 'public' LIMIT 1").fetchone() is not None:
+            return False
+    _migrate(url, load_plugins(environ=env))
+    return True
 
 
 @pytest.fixture
