@@ -32,7 +32,7 @@ GRACE = 1.5
 
 async def test_a_single_instance_is_ok_and_says_so(inbox_cluster, client):
     main = await inbox_cluster("main")
-    health = await check_health(main, time.time())
+    health = await check_health(main.parts, time.time())
     assert (health.status, health.reasons) == ("ok", [])
 
     response = await client(main).get("/health")
@@ -46,16 +46,16 @@ async def test_a_link_down_past_its_grace_period_degrades_the_worker(inbox_clust
     main = await inbox_cluster("main")
     worker = await inbox_cluster("worker1", health={"link_grace_seconds": 5})
     await inbox_cluster.following(worker, "inbox")
-    assert (await check_health(worker, time.time())).status == "ok"
+    assert (await check_health(worker.parts, time.time())).status == "ok"
 
     await main.stop()
     assert worker.transport is not None
     await until(lambda: not worker.transport.links()[0].up, timeout=10)
     down_since = worker.transport.links()[0].since
 
-    within = await check_health(worker, down_since + 4.9)
+    within = await check_health(worker.parts, down_since + 4.9)
     assert within.status == "ok", within  # a reconnection within the grace period is no problem
-    past = await check_health(worker, down_since + 5.1)
+    past = await check_health(worker.parts, down_since + 5.1)
     assert past.status == "degraded"
     [reason] = past.reasons
     assert reason.code == LINK_DOWN
@@ -71,16 +71,16 @@ async def test_unfinished_ids_that_do_not_move_are_a_stalled_writer(inbox_cluste
     gen = main.id_generator("inbox")
     now = time.time()
     async with gen.get_next() as held:
-        assert (await check_health(main, now)).status == "ok"  # first seen now
-        assert (await check_health(main, now + 29)).status == "ok"
-        stalled = await check_health(main, now + 31)
+        assert (await check_health(main.parts, now)).status == "ok"  # first seen now
+        assert (await check_health(main.parts, now + 29)).status == "ok"
+        stalled = await check_health(main.parts, now + 31)
         assert stalled.status == "degraded"
         [reason] = stalled.reasons
         assert reason.code == WRITER_STALLED
         assert reason.details["stream"] == "inbox"
         assert reason.details["oldest_unfinished"] == held
         assert reason.details["stalled_seconds"] == 31
-    assert (await check_health(main, now + 32)).status == "ok"  # finished: the position moves on
+    assert (await check_health(main.parts, now + 32)).status == "ok"  # finished: the position moves on
 
 
 async def test_an_unreachable_database_degrades_the_instance_with_a_503(inbox_cluster, client):
@@ -89,7 +89,7 @@ async def test_an_unreachable_database_degrades_the_instance_with_a_503(inbox_cl
     await main.db.close()  # as if the database went away: the pool has no connection to give
 
     started = time.monotonic()
-    health = await check_health(main, time.time())
+    health = await check_health(main.parts, time.time())
     assert time.monotonic() - started < 5
     assert health.status == "degraded"
     assert [r.code for r in health.reasons] == [DATABASE_UNREACHABLE]

@@ -295,7 +295,7 @@ async def test_a_thousand_long_polls_one_write_wakes_only_its_user(inbox_cluster
     service = host.sync_service()
     users = [f"@u{i}:hs" for i in range(1000)]
     since = (await client(host, "alice-token").get("/sync")).json()["next_batch"]
-    polls = [asyncio.ensure_future(service.sync(user, since, 20.0)) for user in users]
+    polls = [asyncio.ensure_future(service.sync(user, since, 20.0, api=host.api)) for user in users]
     while service.notifier.open_waits < len(users):
         await asyncio.sleep(0.05)
     for _ in range(20):  # every request parked, none answered

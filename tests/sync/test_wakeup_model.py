@@ -188,7 +188,7 @@ class Reader:
         self.layout = layout
         self.notifier = Notifier(current_token_source(layout, {"facts_key": gen}))
         router = WakeRouter(self.notifier, [SyncedStream(spec, self.stream, "facts_key", spec.wake)])
-        self.pipeline = ReaderPipeline(CacheRegistry(), {}, router)
+        self.pipeline = ReaderPipeline(CacheRegistry(), router)
         self.delivered: list[tuple[str, int, Fact]] = []
         pipeline_rows, pipeline_run = self.pipeline.rows, self.pipeline.run
 

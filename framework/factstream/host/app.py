@@ -1,15 +1,14 @@
 """``Host``: one running factstream instance.
 
-Start-up order: configuration and plugins are already loaded; the database is reached (the
-embedded server is started when none is configured) and must be migrated; every registered stream
-gets its ID generator (claiming this writer's lease) and its replication state; the transport starts
-(Redis when ``redis.url`` is set, else TCP: a server on the main instance, a client elsewhere);
-then the plugins' ``startup`` hooks run, and last the HTTP API starts (when this instance has an
-``http_port``), so no request reaches a half-started host. The cache registry (``host.caches``) is
-built before the transport starts, so no replicated invalidation can arrive before the caches exist.
-The sync service (``factstream.sync.service``: token layout, notifier, wake-ups) is built before the transport
-starts too, and checks that every sync key follows a replicated stream. Shutdown runs in reverse
-(the HTTP API first) and persists final positions.
+Start-up: configuration and plugins are already loaded; :func:`factstream.host.parts.compose` reaches
+the database (the embedded server is started when none is configured), refuses one that is not
+migrated, and builds every part in dependency order (ID generators claiming this writer's lease, caches,
+the sync service, the reader pipeline, the plugin API, the replication handler and transport), so that
+no replicated row or invalidation can arrive before what handles it exists. Then the transport starts
+(Redis when ``redis.url`` is set, else TCP: a server on the main instance, a client elsewhere), then
+the plugins' ``startup`` hooks run, and last the HTTP API starts (when this instance has an
+``http_port``), so no request reaches a half-started host. Shutdown runs in reverse (the HTTP API
+first) and persists final positions.
 """
 
 from __future__ import annotations
@@ -21,25 +20,24 @@ import logging
 import signal
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from starlette.applications import Starlette
 
 from factstream import metrics
 from factstream.caches import metrics as cache_metrics
-from factstream.caches.invalidate import CACHES_STREAM
 from factstream.caches.registry import CacheRegistry
 from factstream.config import Settings
 from factstream.db.database import Database
-from factstream.db.engine import check_database, database_url
-from factstream.errors import ConfigError, FactstreamError
+from factstream.errors import FactstreamError
 from factstream.export import runs as export_run_metrics
 from factstream.export.runs import ExportRunsMonitor
 from factstream.host import health, request_metrics
 from factstream.host.auth import TokenAuthenticator
-from factstream.host.facade import HostFacade, load_plugin_settings
-from factstream.host.pipeline import LocalRows, ReaderPipeline
+from factstream.host.facade import HostFacade
+from factstream.host.parts import HostParts, compose
+from factstream.host.pipeline import LocalRows
 from factstream.host.recent import RecentProblems
 from factstream.host.server import HttpServer
 from factstream.idgen import metrics as idgen_metrics
@@ -61,30 +59,23 @@ RETIRED_WRITER_CHECK_SECONDS = 10.0
 
 
 class Host:
-    """A running instance: ``await host.start()``, ``await host.stop()`` (or ``run_until_stopped``)."""
+    """A running instance: ``await host.start()``, ``await host.stop()`` (or ``run_until_stopped``).
+
+    :meth:`start` builds the host's parts in one step (:func:`factstream.host.parts.compose`) and then
+    starts them; :attr:`parts` holds them from then on (the properties below read them, and say that the
+    host has not started when it has not).
+    """
 
     def __init__(self, settings: Settings, plugins: PluginHost) -> None:
         self.settings = settings
         self.plugins = plugins
         self.instance_name = settings.instance_name
-        self.db: Database | None = None
-        self.leases: WriterLeases | None = None
-        #: The export runs recorded in the database, for ``/metrics`` (built when the host starts).
-        self.export_runs: ExportRunsMonitor | None = None
-        self.streams: dict[str, ReplicatedStream] = {}
-        self.handler: ReplicationHandler | None = None
-        self.streamer: ReplicationStreamer | None = None
-        self.transport: Transport | None = None
-        #: This process's caches (filled from the plugins' registrations when the host starts).
-        self.caches = CacheRegistry(instance_name=self.instance_name)
-        #: ``/sync``: token layout, notifier and wake-ups (built when the host starts).
-        self.sync: SyncService | None = None
-        #: The HTTP API's ASGI application (built when the host starts, served if it has a port).
-        self.app: Any = None
+        #: The last warnings and errors of this process (the dashboard shows them), kept while it runs.
+        self.recent = RecentProblems()
+        self._parts: HostParts | None = None
+        self._app: Starlette | None = None
+        #: The HTTP API's server, when this instance has an ``http_port`` (started last).
         self.http: HttpServer | None = None
-        #: The host as plugins see it (``factstream.HostApi``), built when the host starts.
-        self._api: HostFacade | None = None
-        self.local_rows: LocalRows | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         #: ``time.monotonic()`` when :meth:`start` began (for the uptime of the ``stopped`` line).
@@ -94,150 +85,130 @@ class Host:
         self._plugins_started = False
         #: The signal that stopped :meth:`run_until_stopped` (``None`` until one did).
         self.stop_signal: signal.Signals | None = None
-        #: The last warnings and errors of this process (the dashboard shows them), kept while it runs.
-        self.recent = RecentProblems()
 
-    # -- access for the core (plugins get ``api``) ----------------------------------------------------
+    # -- the parts (built by start) -------------------------------------------------------------------
+
+    @property
+    def parts(self) -> HostParts:
+        """Everything the started host is made of (``factstream.host.parts``)."""
+        if self._parts is None:
+            raise FactstreamError("the host has not started")
+        return self._parts
+
+    @property
+    def app(self) -> Starlette:
+        """The HTTP API's ASGI application (served if this instance has an ``http_port``)."""
+        if self._app is None:
+            raise FactstreamError("the host has not started")
+        return self._app
 
     @property
     def api(self) -> HostFacade:
         """The plugin API of this host (what hooks, routes and ``SyncRequest`` get)."""
-        if self._api is None:
-            raise FactstreamError("the host has not started")
-        return self._api
+        return self.parts.api
+
+    @property
+    def db(self) -> Database:
+        return self.parts.db
 
     def database(self) -> Database:
-        if self.db is None:
-            raise FactstreamError("the host has not started")
-        return self.db
+        return self.parts.db
+
+    @property
+    def streams(self) -> dict[str, ReplicatedStream]:
+        return self.parts.streams
+
+    @property
+    def caches(self) -> CacheRegistry:
+        """This process's caches (from the plugins' registrations)."""
+        return self.parts.caches
+
+    @property
+    def sync(self) -> SyncService:
+        """``/sync``: token layout, notifier and wake-ups."""
+        return self.parts.sync
+
+    def sync_service(self) -> SyncService:
+        return self.parts.sync
+
+    @property
+    def handler(self) -> ReplicationHandler:
+        return self.parts.handler
+
+    @property
+    def streamer(self) -> ReplicationStreamer:
+        return self.parts.streamer
+
+    @property
+    def transport(self) -> Transport | None:
+        return self.parts.transport
+
+    @property
+    def local_rows(self) -> LocalRows:
+        return self.parts.local_rows
+
+    @property
+    def leases(self) -> WriterLeases:
+        return self.parts.leases
+
+    @property
+    def export_runs(self) -> ExportRunsMonitor:
+        """The export runs recorded in the database, for ``/metrics``."""
+        return self.parts.export_runs
 
     def id_generator(self, stream: str) -> MultiWriterIdGenerator:
         """The ID generator of a registered stream."""
+        streams = self.parts.streams
         try:
-            return self.streams[stream].id_gen
+            return streams[stream].id_gen
         except KeyError:
-            raise FactstreamError(f"unknown stream {stream!r} (streams: {', '.join(self.streams)})") from None
-
-    def sync_service(self) -> SyncService:
-        """The ``/sync`` service (token layout, notifier)."""
-        if self.sync is None:
-            raise FactstreamError("the host has not started")
-        return self.sync
+            raise FactstreamError(f"unknown stream {stream!r} (streams: {', '.join(streams)})") from None
 
     async def wait_for_stream_position(self, instance: str, stream: str, position: int, timeout: float = 5.0) -> bool:
-        assert self.handler is not None
-        return await self.handler.wait_for_stream_position(instance, stream, position, timeout)
+        return await self.parts.wait_for_stream_position(instance, stream, position, timeout)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
         register_metrics()
         self.recent.install()
-        health.track(self)
-        settings = self.settings
         self._started_at = time.monotonic()
-        endpoint = settings.http_endpoint()
+        endpoint = self.settings.http_endpoint()
         log.info(
             "instance %s starting",
             self.instance_name,
             extra=kv(http=f"http://{endpoint[0]}:{endpoint[1]}" if endpoint else "none"),
         )
-        registry = self.plugins.registry
-        unknown = sorted(set(settings.stream_writers) - set(registry.streams.names()))
-        if unknown:
-            raise ConfigError(
-                f"stream_writers names unknown stream(s) {', '.join(map(repr, unknown))} "
-                f"(registered: {', '.join(registry.streams.names()) or 'none'})"
-            )
-        plugin_settings = load_plugin_settings(settings, registry, self.plugins.plugins)
-        url = await asyncio.to_thread(database_url, settings)
-        await asyncio.to_thread(check_database, url, settings.database.connect_timeout)
-        await asyncio.to_thread(self._check_migrated, url)
-        self.db = Database(
-            url,
-            instance_name=self.instance_name,
-            pool_size=settings.database.pool_size,
-            connect_timeout=settings.database.connect_timeout,
-        )
-        await self.db.open()
-        self.export_runs = ExportRunsMonitor(self.db, self._persisted_position)
-        self.leases = WriterLeases(self.db)
-        for reg in registry.streams:
-            gen = MultiWriterIdGenerator.from_spec(self.db, reg.spec, settings, leases=self.leases)
-            await gen.start()
-            self.streams[reg.spec.name] = ReplicatedStream(reg.spec, gen, self.db)
-
-        self.caches = CacheRegistry.from_registry(registry, instance_name=self.instance_name)
-        caches_stream = self.streams.get(CACHES_STREAM)
-        if caches_stream is not None:
-            self.caches.attach_stream(caches_stream.spec, caches_stream.id_gen)
-        self._api = HostFacade(self, plugin_settings)
-        self.sync = await SyncService.create(self, self.db, self.streams)
-        # The reader pipeline (factstream.host.pipeline): invalidations, rows handlers, advance, wake.
-        pipeline = ReaderPipeline(
-            self.caches, self.plugins.rows_handlers(self._api), self.sync.router if self.sync.synced else None
-        )
-        self.local_rows = LocalRows(pipeline, self.streams.values())
-        self._api.local_sink = self.local_rows
-        self.handler = ReplicationHandler(
-            self.instance_name, self.streams.values(), sink=pipeline, max_backlog=settings.replication.max_backlog
-        )
-        self.transport = make_transport(settings, self.handler)
-        self.streamer = ReplicationStreamer(
-            self.instance_name,
-            self.streams.values(),
-            self.transport,
-            linger=settings.replication.linger_ms / 1000,
-            linger_rows=settings.replication.linger_rows,
-        )
-        self.handler.on_replicate = lambda _conn: self.streamer.announce() if self.streamer else None
-        self.transport.on_connected = self.streamer.announce
-        self.transport.on_gap = self.streamer.mark_gap
-        await self.transport.start()
-        self.streamer.start()
-        self.sync.start()
+        parts = self._parts = await compose(self.settings, self.plugins, self.recent, self._check_migrated)
+        health.track(parts)
+        if parts.transport is not None:  # always, on a host just composed
+            await parts.transport.start()
+        parts.streamer.start()
+        parts.sync.start()
         self._tasks.append(asyncio.get_running_loop().create_task(self._check_retired(), name="retired-writers"))
         self._plugins_started = True  # a plugin whose startup hook ran gets its shutdown hook
-        await self.plugins.startup(self._api)
-        self.app = self.build_app()
-        endpoint = settings.http_endpoint()
+        await self.plugins.startup(parts.api)
+        app = self._app = build_app(parts)
         if endpoint is not None:
-            self.http = HttpServer(self.app, *endpoint, grace=settings.http.shutdown_grace_seconds)
+            self.http = HttpServer(app, *endpoint, grace=self.settings.http.shutdown_grace_seconds)
             await self.http.start()
         self._ready = True
         log.info("instance %s started", self.instance_name, extra=kv(**self._started_fields()))
 
     def _started_fields(self) -> dict[str, str]:
         """What the ``started`` line says: the HTTP URL, the streams this instance writes, the transport."""
-        writes = [name for name, stream in self.streams.items() if stream.id_gen.is_writer]
-        transport = "none" if self.transport is None else "redis" if self.settings.redis.url else "tcp"
+        streams = self.parts.streams
+        writes = [name for name, stream in streams.items() if stream.id_gen.is_writer]
         return {
             "http": self.http.url if self.http is not None else "none",
             "writes": ",".join(writes) or "none",
-            "streams": ",".join(self.streams) or "none",
-            "transport": transport,
+            "streams": ",".join(streams) or "none",
+            "transport": "redis" if self.settings.redis.url else "tcp",
         }
-
-    def build_app(self) -> Any:
-        """The HTTP API (a Starlette app) of the core's and the plugins' routes."""
-        from factstream.host.http import build_app
-        from factstream.host.routes import core_routes, plugin_routes
-
-        auth = TokenAuthenticator.from_config(self.settings.http, self.db)
-        return build_app(self, core_routes() + plugin_routes(self), auth)
-
-    def _persisted_position(self, stream: str) -> int | None:
-        """``stream``'s persisted-up-to position as a positive wire token (``None``: not run here)."""
-        found = self.streams.get(stream)
-        if found is None:
-            return None
-        gen = found.id_gen
-        return gen.get_current_token() * gen.factor
 
     async def refresh_metrics(self) -> None:
         """Read what ``/metrics`` shows from the database (export runs; cached a few seconds)."""
-        if self.export_runs is not None:
-            await self.export_runs.refresh()
+        await self.parts.export_runs.refresh()
 
     def _check_migrated(self, url: str) -> None:
         """Refuse a database this instance cannot work on: a branch behind its head, or revisions of a
@@ -249,7 +220,7 @@ class Host:
     async def _check_retired(self) -> None:
         while True:
             await asyncio.sleep(RETIRED_WRITER_CHECK_SECONDS)
-            for stream in self.streams.values():
+            for stream in self.parts.streams.values():
                 try:
                     gone = await stream.id_gen.check_retired_writers()
                     if gone:
@@ -259,23 +230,23 @@ class Host:
 
     async def disconnect_replication(self) -> None:
         """Drop this instance's replication links (fault injection, maintenance)."""
-        if self.transport is not None:
-            await self.transport.close()
-            self.transport = None
-        assert self.handler is not None
-        for conn in list(self.handler.connections):
-            self.handler.lost_connection(conn)
+        parts = self.parts
+        if parts.transport is not None:
+            await parts.transport.close()
+            parts.transport = None
+        for conn in list(parts.handler.connections):
+            parts.handler.lost_connection(conn)
 
     async def connect_replication(self) -> None:
         """(Re)start the transport; on connecting, peers' POSITIONs make this instance catch up."""
-        assert self.handler is not None and self.streamer is not None
-        if self.transport is not None:
+        parts = self.parts
+        if parts.transport is not None:
             await self.disconnect_replication()
-        transport = make_transport(self.settings, self.handler)
-        transport.on_connected = self.streamer.announce
-        transport.on_gap = self.streamer.mark_gap
-        self.streamer.attach(transport)
-        self.transport = transport
+        transport = make_transport(self.settings, parts.handler)
+        transport.on_connected = parts.streamer.announce
+        transport.on_gap = parts.streamer.mark_gap
+        parts.streamer.attach(transport)
+        parts.transport = transport
         await transport.start()
 
     async def stop(self) -> None:
@@ -292,8 +263,9 @@ class Host:
 
     async def _close(self) -> None:
         """Close everything :meth:`start` opened, in reverse order (the HTTP API first)."""
-        if self.sync is not None:
-            self.sync.notifier.close()  # open long polls answer now, before the server stops
+        parts = self._parts
+        if parts is not None:
+            parts.sync.notifier.close()  # open long polls answer now, before the server stops
         if self.http is not None:
             await self.http.close()
             self.http = None
@@ -303,30 +275,24 @@ class Host:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        if self._api is not None:
-            await self._api.cancel_tasks()
+        if parts is not None:
+            health.forget(parts)
+            await parts.api.cancel_tasks()
             if self._plugins_started:
-                for error in await self.plugins.shutdown(self._api):
+                for error in await self.plugins.shutdown(parts.api):
                     log.error("%s", error)
-        if self.local_rows is not None:
-            await self.local_rows.close()
-        if self.sync is not None:
-            await self.sync.close()
-        if self.streamer is not None:
-            await self.streamer.close()
-        if self.transport is not None:
-            await self.transport.close()
-        if self.handler is not None:
-            await self.handler.close()
-        for stream in self.streams.values():
-            await stream.id_gen.close()
-        if self.leases is not None:
-            await self.leases.close()
-        if self.export_runs is not None:
-            self.export_runs.close()
-        if self.db is not None:
-            await self.db.close()
-        self.caches.close()
+            await parts.local_rows.close()
+            await parts.sync.close()
+            await parts.streamer.close()
+            if parts.transport is not None:
+                await parts.transport.close()
+            await parts.handler.close()
+            for stream in parts.streams.values():
+                await stream.id_gen.close()
+            await parts.leases.close()
+            parts.export_runs.close()
+            await parts.db.close()
+            parts.caches.close()
         self.recent.remove()
         self._stopped.set()
 
@@ -386,6 +352,15 @@ class Host:
             await self.stop()
         except Exception:
             log.warning("closing after a failed start failed", exc_info=True)
+
+
+def build_app(parts: HostParts) -> Starlette:
+    """The HTTP API (a Starlette app) of the core's and the plugins' routes."""
+    from factstream.host.http import build_app as build
+    from factstream.host.routes import core_routes, plugin_routes
+
+    auth = TokenAuthenticator.from_config(parts.settings.http, parts.db)
+    return build(parts, core_routes() + plugin_routes(parts.plugins), auth)
 
 
 def freeze_startup_heap() -> None:

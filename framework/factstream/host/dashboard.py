@@ -25,9 +25,9 @@ import functools
 import hmac
 import ipaddress
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -38,14 +38,10 @@ from factstream.plugin.specs import RouteSpec
 from factstream.plugin.web import HttpError
 
 if TYPE_CHECKING:
-    from factstream.caches.registry import CacheRegistry
-    from factstream.config import DashboardConfig, Settings
-    from factstream.host.recent import RecentProblems
+    from factstream.config import DashboardConfig
+    from factstream.host.parts import HostParts
     from factstream.plugin.api import HostApi
-    from factstream.replication.handler import ReplicationHandler
     from factstream.replication.stream import ReplicatedStream
-    from factstream.replication.transport import Transport
-    from factstream.sync.service import SyncService
 
 #: Where the page's files are, in the package.
 STATIC_DIR = Path(__file__).resolve().parent / "dashboard"
@@ -67,38 +63,8 @@ SECURITY_HEADERS = {
 }
 
 
-class DashboardHost(Protocol):
-    """What the dashboard reads of the host (:class:`factstream.host.app.Host` is one).
-
-    Declared here, beside its use, so that this module does not import the host that serves it.
-    """
-
-    @property
-    def instance_name(self) -> str: ...
-
-    @property
-    def settings(self) -> Settings: ...
-
-    @property
-    def streams(self) -> Mapping[str, ReplicatedStream]: ...
-
-    @property
-    def handler(self) -> ReplicationHandler | None: ...
-
-    @property
-    def transport(self) -> Transport | None: ...
-
-    @property
-    def caches(self) -> CacheRegistry: ...
-
-    @property
-    def recent(self) -> RecentProblems: ...
-
-    def sync_service(self) -> SyncService: ...
-
-
-def _host(request: Request) -> DashboardHost:
-    host: DashboardHost = request.app.state.host
+def _host(request: Request) -> HostParts:
+    host: HostParts = request.app.state.host
     return host
 
 
@@ -184,7 +150,7 @@ def _url(host: str, port: int | None) -> str | None:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def instances_state(host: DashboardHost) -> list[dict[str, Any]]:
+def instances_state(host: HostParts) -> list[dict[str, Any]]:
     """The deployment's instances (``instance_map``, or this one alone), with their HTTP and dashboard URLs.
 
     An instance's URL is its ``instance_map`` address and ``http_port``; this instance's port is the
@@ -215,7 +181,7 @@ def instances_state(host: DashboardHost) -> list[dict[str, Any]]:
     return out
 
 
-def stream_state(host: DashboardHost, stream: ReplicatedStream) -> dict[str, Any]:
+def stream_state(host: HostParts, stream: ReplicatedStream) -> dict[str, Any]:
     """One stream's writers and positions as this instance sees them (wire tokens, as ``/streams``).
 
     ``current``: the newest position of any writer (the highest of ``positions``); ``min``: the
@@ -237,7 +203,7 @@ def stream_state(host: DashboardHost, stream: ReplicatedStream) -> dict[str, Any
     }
 
 
-def links_state(host: DashboardHost, now: float) -> list[dict[str, Any]]:
+def links_state(host: HostParts, now: float) -> list[dict[str, Any]]:
     """The replication links of this process (none for a single instance), with ``down_for`` seconds."""
     transport = host.transport
     if transport is None:
@@ -245,7 +211,7 @@ def links_state(host: DashboardHost, now: float) -> list[dict[str, Any]]:
     return [link.as_json() | {"down_for": round(link.down_for(now), 3)} for link in transport.links()]
 
 
-def caches_state(host: DashboardHost) -> list[dict[str, Any]]:
+def caches_state(host: HostParts) -> list[dict[str, Any]]:
     """Each cache's size and counters since start, and its hit rate (``null`` before any lookup)."""
     out = []
     for cache in sorted(host.caches, key=lambda c: c.name):
@@ -265,10 +231,9 @@ def caches_state(host: DashboardHost) -> list[dict[str, Any]]:
     return out
 
 
-def dashboard_state(host: DashboardHost, now: float | None = None) -> dict[str, Any]:
+def dashboard_state(host: HostParts, now: float | None = None) -> dict[str, Any]:
     """Everything the page shows, as JSON (documented in docs/http-api.md, ``GET /dashboard/state``)."""
     now = time.time() if now is None else now
-    handler = host.handler
     return {
         "time": now,
         "instance": host.instance_name,
@@ -276,9 +241,9 @@ def dashboard_state(host: DashboardHost, now: float | None = None) -> dict[str, 
         "instances": instances_state(host),
         "streams": [stream_state(host, s) for s in host.streams.values()],
         "links": links_state(host, now),
-        "lags": [] if handler is None else [lag.as_json() for lag in handler.lags()],
+        "lags": [lag.as_json() for lag in host.handler.lags()],
         "caches": caches_state(host),
-        "long_polls": {"open": host.sync_service().notifier.open_waits},
+        "long_polls": {"open": host.sync.notifier.open_waits},
         "problems": [p.as_json() for p in reversed(host.recent.problems())],
     }
 

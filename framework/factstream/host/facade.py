@@ -1,8 +1,8 @@
 """The running host's implementation of :class:`~factstream.HostApi`, what every plugin is handed.
 
-It is a thin facade over :class:`factstream.host.app.Host` that exposes only the plugin API: plugins
-never see the replication handler, the ID generators or the sync service. Its stream writers hand
-every committed row to the reader pipeline's local side (``factstream.host.pipeline.LocalRows``).
+It is a thin facade over the host's parts (``factstream.host.parts``) that exposes only the plugin API:
+plugins never see the replication handler, the ID generators or the sync service. Its stream writers
+hand every committed row to the reader pipeline's local side (``factstream.host.pipeline.LocalRows``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import msgspec
 from pydantic import BaseModel, ValidationError
@@ -20,9 +20,12 @@ from factstream.caches.registry import CacheRegistry
 from factstream.config import ENV_PREFIX, HostSettings, Settings
 from factstream.db.database import Database, Transaction
 from factstream.errors import ConfigError, FactstreamError
+from factstream.host.pipeline import LocalRows
 from factstream.idgen.generator import IdGeneratorError
 from factstream.plugin.api import HostApi, StreamWriter
+from factstream.plugin.manager import PluginHost
 from factstream.plugin.registry import Registry
+from factstream.replication.handler import ReplicationHandler
 from factstream.replication.stream import ReplicatedStream
 from factstream.sync.instance_ids import DatabaseInstanceIds
 
@@ -33,50 +36,6 @@ T = TypeVar("T")
 P = ParamSpec("P")
 R = TypeVar("R")
 ModelT = TypeVar("ModelT", bound=BaseModel)
-
-
-class LocalSink(Protocol):
-    """Where committed local rows go (``factstream.host.pipeline.LocalRows``)."""
-
-    def completed(self, stream: str, tokens: list[int], rows: list[Any], committed: bool) -> None: ...
-
-
-class PluginHooks(Protocol):
-    """The hooks plugins define, as the facade calls them (:class:`factstream.plugin.manager.PluginHost`)."""
-
-    async def call_hook(self, spec: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> list[R]: ...
-
-    async def call_first(self, spec: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R | None: ...
-
-
-class RunningHost(Protocol):
-    """What the facade reads of the host (:class:`factstream.host.app.Host` is one)."""
-
-    @property
-    def plugins(self) -> PluginHooks: ...
-
-    @property
-    def instance_name(self) -> str: ...
-
-    @property
-    def settings(self) -> Settings: ...
-
-    @property
-    def caches(self) -> CacheRegistry: ...
-
-    @property
-    def streams(self) -> Mapping[str, ReplicatedStream]: ...
-
-    def database(self) -> Database: ...
-
-    async def wait_for_stream_position(
-        self, instance: str, stream: str, position: int, timeout: float = 5.0
-    ) -> bool: ...
-
-
-class NoLocalSink:
-    def completed(self, stream: str, tokens: list[int], rows: list[Any], committed: bool) -> None:
-        return None
 
 
 def load_plugin_settings(
@@ -123,7 +82,7 @@ def _describe(plugin: str, exc: ValidationError) -> str:
 class TableStreamWriter(StreamWriter[RowT]):
     """A stream's writer in this process (see :class:`~factstream.StreamWriter`)."""
 
-    def __init__(self, stream: ReplicatedStream, sink: LocalSink) -> None:
+    def __init__(self, stream: ReplicatedStream, sink: LocalRows) -> None:
         self._stream = stream
         self._gen = stream.id_gen
         self._sink = sink
@@ -227,27 +186,40 @@ class TableStreamWriter(StreamWriter[RowT]):
 class HostFacade(HostApi):
     """The running host as plugins see it (module docstring)."""
 
-    def __init__(self, host: RunningHost, plugin_settings: Mapping[type[BaseModel], BaseModel]) -> None:
-        self._host = host
-        self._hooks = host.plugins
+    def __init__(
+        self,
+        settings: Settings,
+        plugins: PluginHost,
+        db: Database,
+        streams: Mapping[str, ReplicatedStream],
+        caches: CacheRegistry,
+        local_rows: LocalRows,
+        handler: ReplicationHandler,
+        plugin_settings: Mapping[type[BaseModel], BaseModel],
+    ) -> None:
+        self._config = settings
+        self._plugins = plugins
+        self._db = db
+        self._streams = streams
+        self._caches = caches
+        #: Where the stream writers hand their committed rows (the reader pipeline's local side).
+        self._local_rows = local_rows
+        self._handler = handler
         self._plugin_settings = dict(plugin_settings)
-        self._settings = HostSettings(host.settings)
+        self._settings = HostSettings(settings)
         self._state: dict[object, object] = {}
         self._writers: dict[str, TableStreamWriter[Any]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        #: Instance name <-> token ID (``instance_map``), cached: an ID never changes. Made on first
-        #: use (the database is not open yet when the facade is built).
-        self._instance_ids: DatabaseInstanceIds | None = None
-        #: Set by the host once its pipeline exists; rows committed before then skip it.
-        self.local_sink: LocalSink = NoLocalSink()
+        #: Instance name <-> token ID (``instance_map``), cached: an ID never changes.
+        self._instance_ids = DatabaseInstanceIds(db)
 
     @property
     def instance_name(self) -> str:
-        return self._host.instance_name
+        return self._config.instance_name
 
     @property
     def main_instance(self) -> str:
-        return self._host.settings.main_instance
+        return self._config.main_instance
 
     @property
     def settings(self) -> HostSettings:
@@ -255,13 +227,13 @@ class HostFacade(HostApi):
 
     @property
     def caches(self) -> CacheRegistry:
-        return self._host.caches
+        return self._caches
 
     def database(self) -> Database:
-        return self._host.database()
+        return self._db
 
     def _replicated(self, stream: str) -> ReplicatedStream:
-        streams = self._host.streams
+        streams = self._streams
         try:
             return streams[stream]
         except KeyError:
@@ -273,28 +245,23 @@ class HostFacade(HostApi):
     def stream(self, name: str, row_type: type[RowT]) -> StreamWriter[RowT]:
         writer = self._writers.get(name)
         if writer is None:
-            writer = self._writers[name] = TableStreamWriter(self._replicated(name), _Forward(self))
+            writer = self._writers[name] = TableStreamWriter(self._replicated(name), self._local_rows)
         actual = writer._stream.spec.row_type
         if actual is not row_type:
             raise FactstreamError(f"stream {name!r} has row type {actual.__name__}, not {row_type.__name__}")
         return writer
 
     async def wait_for_stream_position(self, instance: str, stream: str, position: int, timeout: float = 5.0) -> bool:
-        return await self._host.wait_for_stream_position(instance, stream, position, timeout)
-
-    def _ids(self) -> DatabaseInstanceIds:
-        if self._instance_ids is None:
-            self._instance_ids = DatabaseInstanceIds(self._host.database())
-        return self._instance_ids
+        return await self._handler.wait_for_stream_position(instance, stream, position, timeout)
 
     async def instance_ids(self, names: Iterable[str]) -> dict[str, int]:
         wanted = list(dict.fromkeys(names))
-        lookup = await self._ids().id_lookup(wanted)
+        lookup = await self._instance_ids.id_lookup(wanted)
         return {name: lookup(name) for name in wanted}
 
     async def instance_names(self, ids: Iterable[int]) -> dict[int, str]:
         wanted = list(dict.fromkeys(ids))
-        lookup = await self._ids().name_lookup(wanted)
+        lookup = await self._instance_ids.name_lookup(wanted)
         out: dict[int, str] = {}
         for instance_id in wanted:
             with contextlib.suppress(LookupError):
@@ -326,10 +293,10 @@ class HostFacade(HostApi):
             raise FactstreamError(f"no plugin registered settings model {model.__name__} (register_settings)") from None
 
     async def call_hook(self, spec: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> list[R]:
-        return await self._hooks.call_hook(spec, *args, **kwargs)
+        return await self._plugins.call_hook(spec, *args, **kwargs)
 
     async def call_first(self, spec: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R | None:
-        return await self._hooks.call_first(spec, *args, **kwargs)
+        return await self._plugins.call_first(spec, *args, **kwargs)
 
     async def cancel_tasks(self) -> None:
         """Cancel and await every spawned task (the host calls this before the ``shutdown`` hooks)."""
@@ -340,13 +307,3 @@ class HostFacade(HostApi):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
-
-
-class _Forward:
-    """The facade's current local sink (the host sets it once its pipeline exists)."""
-
-    def __init__(self, facade: HostFacade) -> None:
-        self._facade = facade
-
-    def completed(self, stream: str, tokens: list[int], rows: list[Any], committed: bool) -> None:
-        self._facade.local_sink.completed(stream, tokens, rows, committed)

@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -35,35 +35,13 @@ from prometheus_client.registry import Collector
 from factstream import metrics
 
 if TYPE_CHECKING:
-    from factstream.config import Settings
-    from factstream.db.database import Database
-    from factstream.replication.stream import ReplicatedStream
-    from factstream.replication.transport import Transport
+    from factstream.host.parts import HostParts
 
 LINK_DOWN = "replication_link_down"
 WRITER_STALLED = "writer_stalled"
 DATABASE_UNREACHABLE = "database_unreachable"
 #: Every reason's code, in the order a body lists them.
 CODES = (LINK_DOWN, WRITER_STALLED, DATABASE_UNREACHABLE)
-
-
-class HealthHost(Protocol):
-    """What the checks read of a host (:class:`factstream.host.app.Host` is one)."""
-
-    @property
-    def instance_name(self) -> str: ...
-
-    @property
-    def settings(self) -> Settings: ...
-
-    @property
-    def streams(self) -> Mapping[str, ReplicatedStream]: ...
-
-    @property
-    def transport(self) -> Transport | None: ...
-
-    @property
-    def db(self) -> Database | None: ...
 
 
 @dataclass(frozen=True)
@@ -97,7 +75,7 @@ class _StallWatch:
     def __init__(self) -> None:
         self.seen: dict[str, tuple[tuple[int, int], float]] = {}
 
-    def stalled(self, host: HealthHost, now: float) -> list[Reason]:
+    def stalled(self, host: HostParts, now: float) -> list[Reason]:
         limit = host.settings.health.writer_stall_seconds
         reasons = []
         for name, stream in host.streams.items():
@@ -136,7 +114,7 @@ _database: weakref.WeakKeyDictionary[Any, Reason | None] = weakref.WeakKeyDictio
 _hosts: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def link_reasons(host: HealthHost, now: float) -> list[Reason]:
+def link_reasons(host: HostParts, now: float) -> list[Reason]:
     """A reason per outbound link down longer than ``health.link_grace_seconds`` at ``now`` (``time.time()``)."""
     transport = host.transport
     if transport is None:
@@ -153,36 +131,32 @@ def link_reasons(host: HealthHost, now: float) -> list[Reason]:
     return reasons
 
 
-def stall_reasons(host: HealthHost, now: float) -> list[Reason]:
+def stall_reasons(host: HostParts, now: float) -> list[Reason]:
     watch = _watches.get(host)
     if watch is None:
         watch = _watches[host] = _StallWatch()
     return watch.stalled(host, now)
 
 
-async def database_reason(host: HealthHost) -> Reason | None:
+async def database_reason(host: HostParts) -> Reason | None:
     """``SELECT 1`` on the pool within ``health.database_timeout_seconds``; a reason if it fails."""
     timeout = host.settings.health.database_timeout_seconds
-    db = host.db
     reason: Reason | None = None
-    if db is None:
-        reason = Reason(DATABASE_UNREACHABLE, "the database pool is not open", {})
-    else:
-        started = time.monotonic()
-        try:
-            async with asyncio.timeout(timeout):
-                await db.fetchall("SELECT 1")
-        except TimeoutError:
-            message = f"SELECT 1 took longer than {timeout:g}s"
-            reason = Reason(DATABASE_UNREACHABLE, message, {"timeout_seconds": timeout})
-        except Exception as exc:
-            details = {"error": f"{type(exc).__name__}: {exc}"[:300], "seconds": round(time.monotonic() - started, 3)}
-            reason = Reason(DATABASE_UNREACHABLE, f"SELECT 1 failed: {details['error']}", details)
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(timeout):
+            await host.db.fetchall("SELECT 1")
+    except TimeoutError:
+        message = f"SELECT 1 took longer than {timeout:g}s"
+        reason = Reason(DATABASE_UNREACHABLE, message, {"timeout_seconds": timeout})
+    except Exception as exc:
+        details = {"error": f"{type(exc).__name__}: {exc}"[:300], "seconds": round(time.monotonic() - started, 3)}
+        reason = Reason(DATABASE_UNREACHABLE, f"SELECT 1 failed: {details['error']}", details)
     _database[host] = reason
     return reason
 
 
-async def check_health(host: HealthHost, now: float) -> Health:
+async def check_health(host: HostParts, now: float) -> Health:
     """This instance's health at ``now`` (``time.time()``): every reason that holds, in :data:`CODES` order."""
     track(host)
     reasons = link_reasons(host, now) + stall_reasons(host, now)
@@ -192,9 +166,14 @@ async def check_health(host: HealthHost, now: float) -> Health:
     return Health("degraded" if reasons else "ok", reasons)
 
 
-def track(host: HealthHost) -> None:
-    """Export ``host``'s health in ``/metrics`` (the first check does this; a stopped host drops out)."""
+def track(host: HostParts) -> None:
+    """Export ``host``'s health in ``/metrics`` (the first check does this) until :func:`forget`."""
     _hosts.add(host)
+
+
+def forget(host: HostParts) -> None:
+    """Stop exporting ``host``'s health (it is stopping)."""
+    _hosts.discard(host)
 
 
 class _HealthCollector(Collector):
@@ -207,9 +186,6 @@ class _HealthCollector(Collector):
         )
         now = time.time()
         for host in list(_hosts):
-            stopped = getattr(host, "_stopped", None)
-            if host.db is None or (isinstance(stopped, asyncio.Event) and stopped.is_set()):
-                continue
             reasons = link_reasons(host, now) + stall_reasons(host, now)
             database = _database.get(host)
             if database is not None:

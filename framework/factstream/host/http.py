@@ -44,7 +44,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from starlette.applications import Starlette
@@ -69,29 +69,9 @@ from factstream.plugin.web import HttpError
 from factstream.sync import TokenError
 
 if TYPE_CHECKING:
-    from factstream.config import Settings
-    from factstream.plugin.api import HostApi
+    from factstream.host.parts import HostParts
 
 log = logging.getLogger(__name__)
-
-
-class HttpHost(Protocol):
-    """What the HTTP layer needs of the host it serves (:class:`factstream.host.app.Host` is one).
-
-    Declared here, beside its use, so that this module does not import the host that builds the app.
-    Endpoints receive ``api`` (the plugin API, also ``request.state.host``); the core's own routes
-    read the host itself from ``request.app.state.host``.
-    """
-
-    @property
-    def instance_name(self) -> str: ...
-
-    @property
-    def api(self) -> HostApi: ...
-
-    @property
-    def settings(self) -> Settings: ...
-
 
 _encoder = msgspec.json.Encoder()
 _PATH_PARAM = re.compile(r"{([a-zA-Z_][a-zA-Z0-9_]*)(?::[a-z]+)?}")
@@ -169,7 +149,7 @@ def _replaying(request: Request, body: bytes) -> Request:
 
 
 def wrap_endpoint(
-    route: ApiRoute, host: HttpHost, auth: TokenAuthenticator
+    route: ApiRoute, host: HostParts, auth: TokenAuthenticator
 ) -> Callable[[Request], Awaitable[Response]]:
     """The Starlette endpoint for ``route``: access check, state, JSON results, JSON errors."""
     spec = route.spec
@@ -271,7 +251,7 @@ class _FixedPathsFirst(Router):
         await super().app(scope, receive, send)
 
 
-def build_app(host: HttpHost, routes: Sequence[ApiRoute], auth: TokenAuthenticator) -> Starlette:
+def build_app(host: HostParts, routes: Sequence[ApiRoute], auth: TokenAuthenticator) -> Starlette:
     """The ASGI application serving ``routes`` for ``host``."""
     check_routes(routes)
     starlette_routes = [
@@ -296,7 +276,7 @@ def _doc(endpoint: Callable[..., Any]) -> tuple[str, str]:
     return " ".join(first.split()), rest.strip()
 
 
-def openapi_schema(host: HttpHost, routes: Sequence[ApiRoute]) -> dict[str, Any]:
+def openapi_schema(host: HostParts, routes: Sequence[ApiRoute]) -> dict[str, Any]:
     """An OpenAPI 3.1 description of ``routes``."""
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:

@@ -66,13 +66,23 @@ class ReaderPipeline:
     """Stages 1, 2 and 4 for replicated rows (see the module docstring)."""
 
     def __init__(
-        self, caches: CacheRegistry, handlers: Mapping[str, StreamHandlers], router: WakeRouter | None
+        self,
+        caches: CacheRegistry,
+        router: WakeRouter | None,
+        handlers: Mapping[str, StreamHandlers] | None = None,
     ) -> None:
         self.caches = caches
-        self.handlers = handlers
         self.router = router
+        self.handlers: dict[str, StreamHandlers] = dict(handlers or {})
         self._invalidated = caches.applier.streams()
         self._plans: dict[str, _Plan] = {}
+
+    def add_handlers(self, handlers: Mapping[str, StreamHandlers]) -> None:
+        """Add the plugins' rows handlers (bound to the plugin API, which writes through this pipeline,
+        hence after it: ``factstream.host.parts.compose``), before any row flows."""
+        if self._plans:
+            raise RuntimeError("rows handlers must join the pipeline before any row flows through it")
+        self.handlers.update(handlers)
 
     def plan(self, stream: str) -> _Plan:
         plan = self._plans.get(stream)

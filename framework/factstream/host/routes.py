@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.requests import Request
@@ -19,35 +18,12 @@ from factstream.host.health import check_health
 from factstream.host.http import CORE, ApiRoute
 from factstream.plugin.specs import RouteSpec
 from factstream.plugin.web import HttpError
-from factstream.sync.service import SyncHost
 
 if TYPE_CHECKING:
+    from factstream.host.parts import HostParts
     from factstream.plugin.api import HostApi
-    from factstream.replication.handler import ReplicationHandler
+    from factstream.plugin.manager import PluginHost
     from factstream.replication.stream import ReplicatedStream
-    from factstream.replication.transport import Transport
-    from factstream.sync.service import SyncService
-
-
-class RoutesHost(SyncHost, Protocol):
-    """What the core's routes read of the host (:class:`factstream.host.app.Host` is one): what the
-    sync service reads, and the replication state and the service itself.
-
-    Declared here, beside its use, so that the routes do not import the host that serves them.
-    """
-
-    @property
-    def streams(self) -> Mapping[str, ReplicatedStream]: ...
-
-    @property
-    def handler(self) -> ReplicationHandler | None: ...
-
-    @property
-    def transport(self) -> Transport | None: ...
-
-    def sync_service(self) -> SyncService: ...
-
-    async def refresh_metrics(self) -> None: ...
 
 
 #: The longest ``device`` query parameter accepted.
@@ -59,8 +35,8 @@ MAX_FILTER_LENGTH = 8_192
 _TIMEOUT_DIGITS = 9
 
 
-def _host(request: Request) -> RoutesHost:
-    host: RoutesHost = request.app.state.host
+def _host(request: Request) -> HostParts:
+    host: HostParts = request.app.state.host
     return host
 
 
@@ -85,9 +61,9 @@ async def sync(request: Request, api: HostApi) -> Any:
     device = query.get("device") or None
     if device is not None and len(device) > MAX_DEVICE_LENGTH:
         raise HttpError(400, "M_INVALID_PARAM", f"device must be at most {MAX_DEVICE_LENGTH} characters")
-    service = host.sync_service()
     sync_filter = _sync_filter(query.get("filter"))
-    return await service.sync(request.state.user, query.get("since"), timeout_ms / 1000, device, filter=sync_filter)
+    since = query.get("since")
+    return await host.sync.sync(request.state.user, since, timeout_ms / 1000, device, api=api, filter=sync_filter)
 
 
 def _sync_filter(text: str | None) -> dict[str, Any]:
@@ -105,7 +81,7 @@ def _sync_filter(text: str | None) -> dict[str, Any]:
     return value
 
 
-def _stream_info(host: RoutesHost, stream: ReplicatedStream) -> dict[str, Any]:
+def _stream_info(host: HostParts, stream: ReplicatedStream) -> dict[str, Any]:
     gen = stream.id_gen
     registry = host.plugins.registry
     spec = stream.spec
@@ -150,9 +126,8 @@ async def stream_positions(request: Request, api: HostApi) -> Any:
 async def health(request: Request, api: HostApi) -> Any:
     """Whether this instance can do its work: 200 ``ok``, or 503 ``degraded`` with every reason
     (see :mod:`factstream.host.health`); ``?strict=false`` answers 200 either way (liveness probes)."""
-    host = request.app.state.host
+    host = _host(request)
     transport = host.transport
-    handler = host.handler
     result = await check_health(host, time.time())
     body = {
         "status": result.status,
@@ -161,7 +136,7 @@ async def health(request: Request, api: HostApi) -> Any:
         "replication": {
             "transport": None if transport is None else ("redis" if host.settings.redis.url else "tcp"),
             "connected": bool(transport is not None and transport.has_peers()),
-            "connections": 0 if handler is None else len(handler.connections),
+            "connections": len(host.handler.connections),
             "links": [] if transport is None else [link.as_json() for link in transport.links()],
         },
     }
@@ -171,7 +146,7 @@ async def health(request: Request, api: HostApi) -> Any:
 
 async def metrics(request: Request, api: HostApi) -> Response:
     """Prometheus metrics of this process (text exposition format)."""
-    await _host(request).refresh_metrics()  # what is read from the database (export runs), cached
+    await _host(request).export_runs.refresh()  # what is read from the database (export runs), cached
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
@@ -234,6 +209,6 @@ def core_routes() -> list[ApiRoute]:
     ]
 
 
-def plugin_routes(host: RoutesHost) -> list[ApiRoute]:
+def plugin_routes(plugins: PluginHost) -> list[ApiRoute]:
     """Every route the plugins registered (``register_routes``)."""
-    return [ApiRoute(reg.spec, reg.plugin) for reg in host.plugins.registry.routes]
+    return [ApiRoute(reg.spec, reg.plugin) for reg in plugins.registry.routes]

@@ -32,7 +32,7 @@ import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from factstream.errors import ConfigError
 from factstream.plugin.streams import StreamSpec, SyncRequest
@@ -56,32 +56,12 @@ from factstream.sync.readers import SyncItems, default_reader
 from factstream.sync.wakeups import SyncedStream, WakeRouter, wake_function
 
 if TYPE_CHECKING:
-    from factstream.config import HttpConfig, Settings
+    from factstream.config import Settings
     from factstream.db.database import Database
     from factstream.plugin.api import HostApi
     from factstream.plugin.manager import PluginHost
 
 log = logging.getLogger(__name__)
-
-
-class SyncHost(Protocol):
-    """What the sync service needs of the host that builds it (:class:`factstream.host.app.Host` is one).
-
-    Declared here, beside its use, so that the service does not import the host that imports it;
-    ``api`` is what :class:`~factstream.SyncRequest` hands to a stream's ``sync_rows``.
-    """
-
-    @property
-    def instance_name(self) -> str: ...
-
-    @property
-    def settings(self) -> Settings: ...
-
-    @property
-    def plugins(self) -> PluginHost: ...
-
-    @property
-    def api(self) -> HostApi: ...
 
 
 def check_sync_keys(specs: Sequence[StreamSpec[Any]], replicated: Mapping[str, object], instance: str) -> None:
@@ -127,37 +107,39 @@ class SyncService:
 
     def __init__(
         self,
-        host: SyncHost,
+        settings: Settings,
         layout: SyncKeyLayout,
         ids: DatabaseInstanceIds,
         synced: Sequence[SyncedStream],
-        config: HttpConfig,
     ) -> None:
-        self.host = host
+        self.settings = settings
+        config = settings.http
         self.layout = layout
         self.ids = ids
         self.config = config
         self.synced = list(synced)
         self.current = current_token_source(layout, {s.key: s.stream.id_gen for s in self.synced})
-        self.notifier = Notifier(self.current, instance=host.instance_name)
+        self.notifier = Notifier(self.current, instance=settings.instance_name)
         self.router = WakeRouter(self.notifier, self.synced)
         self.max_allocated = {s.key: s.stream.id_gen.get_max_allocated_token for s in self.synced}
-        self._default_readers = {s.name: default_reader(s, host.settings.writers_for(s.name)) for s in self.synced}
+        self._default_readers = {s.name: default_reader(s, settings.writers_for(s.name)) for s in self.synced}
         self._warned: set[str] = set()
 
     @classmethod
-    async def create(cls, host: SyncHost, db: Database, streams: Mapping[str, ReplicatedStream]) -> SyncService:
+    async def create(
+        cls, settings: Settings, plugins: PluginHost, db: Database, streams: Mapping[str, ReplicatedStream]
+    ) -> SyncService:
         """Check the sync keys, load (and record) the token layout, and build the service."""
-        specs = [reg.spec for reg in host.plugins.registry.streams]
-        check_sync_keys(specs, streams, host.instance_name)
+        specs = [reg.spec for reg in plugins.registry.streams]
+        check_sync_keys(specs, streams, settings.instance_name)
         keyed = [spec for spec in specs if spec.sync_key is not None]
-        layout = await SyncKeyLayout.load(db, sync_keys_for_streams(keyed, host.settings.writers_for))
+        layout = await SyncKeyLayout.load(db, sync_keys_for_streams(keyed, settings.writers_for))
         synced = []
         for spec in keyed:
             assert spec.sync_key is not None
             synced.append(SyncedStream(spec, streams[spec.name], spec.sync_key, wake_function(spec)))
         synced.sort(key=lambda s: layout.index(s.key))
-        return cls(host, layout, DatabaseInstanceIds(db), synced, host.settings.http)
+        return cls(settings, layout, DatabaseInstanceIds(db), synced)
 
     # -- requests ----------------------------------------------------------------------------------
 
@@ -183,9 +165,12 @@ class SyncService:
         timeout: float,
         device: str | None = None,
         *,
+        api: HostApi,
         filter: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One ``/sync`` for ``user``: the response body (``TokenError`` for a malformed ``since``).
+
+        ``api`` is the plugin API that every stream's ``sync_rows`` gets (``SyncRequest.host``).
 
         ``timeout`` (seconds) is how long to wait for something new; it is capped at
         ``http.sync_timeout_max_seconds``. ``filter`` is handed to every stream
@@ -209,7 +194,7 @@ class SyncService:
         waited_for = loop.time() - started
         if waited_for > 1.0:
             timeout = max(0.0, timeout - waited_for)
-        due = await self.acknowledge(user, device, since, filter)
+        due = await self.acknowledge(api, user, device, since, filter)
         if due:
             # Items a stream owes at the client's own token: answered at once, claiming no range.
             owed: dict[str, Any] = {"next_batch": await since.to_string(self.ids), "streams": due}
@@ -220,7 +205,7 @@ class SyncService:
 
         async def collect(prev: StreamToken, current: StreamToken) -> SyncBatch:
             first = initial and prev is since
-            return await self.collect(user, device, since, prev, current, filter=filter, initial=first)
+            return await self.collect(api, user, device, since, prev, current, filter=filter, initial=first)
 
         waited = await self.notifier.wait_for_events(user, since, timeout, collect)
         batch = waited.result
@@ -238,7 +223,12 @@ class SyncService:
         return body
 
     async def acknowledge(
-        self, user: str, device: str | None, since: StreamToken, filter: Mapping[str, Any] | None = None
+        self,
+        api: HostApi,
+        user: str,
+        device: str | None,
+        since: StreamToken,
+        filter: Mapping[str, Any] | None = None,
     ) -> dict[str, list[Any]]:
         """Tell every stream with its own ``sync_rows`` where the client is: the empty range at ``since``.
 
@@ -259,7 +249,7 @@ class SyncService:
                 continue
             value = since.get(synced.key)
             at = {w: _position(value, w) for w in self._writers(synced, value)}
-            request = self._request(synced, user, device, at, dict(at), filter=filter or {}, initial=False)
+            request = self._request(api, synced, user, device, at, dict(at), filter=filter or {}, initial=False)
             items = await reader(request)
             if items and synced.spec.sync_section is None:
                 due[synced.name] = list(items)
@@ -267,6 +257,7 @@ class SyncService:
 
     def _request(
         self,
+        api: HostApi,
         synced: SyncedStream,
         user: str,
         device: str | None,
@@ -282,7 +273,7 @@ class SyncService:
             notifier.watch_rooms(user, rooms)
 
         return SyncRequest(
-            self.host.api,
+            api,
             synced.name,
             user,
             device,
@@ -296,6 +287,7 @@ class SyncService:
 
     async def collect(
         self,
+        api: HostApi,
         user: str,
         device: str | None,
         since: StreamToken,
@@ -318,7 +310,7 @@ class SyncService:
             low = {w: min(max(_position(prev.get(key), w), _position(since.get(key), w)), upto[w]) for w in writers}
             if all(low[w] == upto[w] for w in writers):
                 continue
-            request = self._request(synced, user, device, low, upto, filter=filter or {}, initial=initial)
+            request = self._request(api, synced, user, device, low, upto, filter=filter or {}, initial=initial)
             reader = synced.spec.sync_rows or self._default_readers[synced.name]
             found = await reader(request)
             section = synced.spec.sync_section
@@ -340,7 +332,7 @@ class SyncService:
     def _writers(self, synced: SyncedStream, *values: TokenValue) -> list[str]:
         names = set(synced.stream.id_gen.get_positions())
         if synced.spec.writers == "configured":
-            names.update(self.host.settings.writers_for(synced.name))
+            names.update(self.settings.writers_for(synced.name))
         for value in values:
             if not isinstance(value, int):
                 names.update(value.instance_map)

@@ -1,0 +1,170 @@
+"""A host's parts, built once in dependency order: :class:`HostParts` and :func:`compose`.
+
+:func:`compose` reaches and checks the database, then builds every part from the ones below it::
+
+    database -> writer leases, export runs -> streams (ID generators, replication state) -> caches
+      -> sync service (token layout, notifier, wake router) -> reader pipeline -> local rows
+      -> replication handler -> plugin API -> the plugins' rows handlers join the pipeline
+      -> transport -> streamer
+
+so that every field of the :class:`HostParts` it returns is set: the route, health and dashboard code
+take that one type. One step closes a loop and is done last, before anything runs: the plugins' rows
+handlers are called with the plugin API, which writes through the pipeline that calls them
+(:meth:`~factstream.host.pipeline.ReaderPipeline.add_handlers`). Nothing is started here: the host
+starts the transport, the streamer, the sync service and the plugins (``factstream.host.app``). A
+failure part-way closes what was opened, in reverse order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from factstream.caches.invalidate import CACHES_STREAM
+from factstream.caches.registry import CacheRegistry
+from factstream.config import Settings
+from factstream.db.database import Database
+from factstream.db.engine import check_database, database_url
+from factstream.errors import ConfigError
+from factstream.export.runs import ExportRunsMonitor
+from factstream.host.facade import HostFacade, load_plugin_settings
+from factstream.host.pipeline import LocalRows, ReaderPipeline
+from factstream.host.recent import RecentProblems
+from factstream.idgen.generator import MultiWriterIdGenerator
+from factstream.idgen.leases import WriterLeases
+from factstream.plugin.manager import PluginHost
+from factstream.replication.handler import ReplicationHandler
+from factstream.replication.stream import ReplicatedStream
+from factstream.replication.streamer import ReplicationStreamer
+from factstream.replication.transport import Transport, make_transport
+from factstream.sync.service import SyncService
+
+
+@dataclass(eq=False)
+class HostParts:
+    """Everything a started host is made of (module docstring); what routes, health and the dashboard read."""
+
+    instance_name: str
+    settings: Settings
+    plugins: PluginHost
+    db: Database
+    leases: WriterLeases
+    #: The export runs recorded in the database, for ``/metrics``.
+    export_runs: ExportRunsMonitor
+    streams: dict[str, ReplicatedStream]
+    caches: CacheRegistry
+    #: ``/sync``: token layout, notifier and wake-ups.
+    sync: SyncService
+    pipeline: ReaderPipeline
+    local_rows: LocalRows
+    handler: ReplicationHandler
+    #: The host as plugins see it (``factstream.HostApi``).
+    api: HostFacade
+    streamer: ReplicationStreamer
+    #: The replication transport; ``None`` only while replication is cut on purpose
+    #: (``Host.disconnect_replication``, for fault injection and maintenance).
+    transport: Transport | None
+    #: The last warnings and errors of this process (the dashboard shows them).
+    recent: RecentProblems
+
+    async def wait_for_stream_position(self, instance: str, stream: str, position: int, timeout: float = 5.0) -> bool:
+        return await self.handler.wait_for_stream_position(instance, stream, position, timeout)
+
+
+async def compose(
+    settings: Settings,
+    plugins: PluginHost,
+    recent: RecentProblems,
+    check_migrated: Callable[[str], None],
+) -> HostParts:
+    """Build a host's parts (module docstring); ``check_migrated(url)`` refuses a database that is not
+    ready for these plugins."""
+    instance = settings.instance_name
+    registry = plugins.registry
+    unknown = sorted(set(settings.stream_writers) - set(registry.streams.names()))
+    if unknown:
+        raise ConfigError(
+            f"stream_writers names unknown stream(s) {', '.join(map(repr, unknown))} "
+            f"(registered: {', '.join(registry.streams.names()) or 'none'})"
+        )
+    plugin_settings = load_plugin_settings(settings, registry, plugins.plugins)
+    url = await asyncio.to_thread(database_url, settings)
+    await asyncio.to_thread(check_database, url, settings.database.connect_timeout)
+    await asyncio.to_thread(check_migrated, url)
+    opened = contextlib.AsyncExitStack()
+    async with opened:
+        db = Database(
+            url,
+            instance_name=instance,
+            pool_size=settings.database.pool_size,
+            connect_timeout=settings.database.connect_timeout,
+        )
+        opened.push_async_callback(db.close)
+        await db.open()
+        streams: dict[str, ReplicatedStream] = {}
+        export_runs = ExportRunsMonitor(db, lambda name: _persisted(streams, name))
+        opened.callback(export_runs.close)
+        leases = WriterLeases(db)
+        opened.push_async_callback(leases.close)
+        for reg in registry.streams:
+            gen = MultiWriterIdGenerator.from_spec(db, reg.spec, settings, leases=leases)
+            opened.push_async_callback(gen.close)
+            await gen.start()
+            streams[reg.spec.name] = ReplicatedStream(reg.spec, gen, db)
+        caches = CacheRegistry.from_registry(registry, instance_name=instance)
+        opened.callback(caches.close)
+        caches_stream = streams.get(CACHES_STREAM)
+        if caches_stream is not None:
+            caches.attach_stream(caches_stream.spec, caches_stream.id_gen)
+        sync = await SyncService.create(settings, plugins, db, streams)
+        opened.push_async_callback(sync.close)
+        pipeline = ReaderPipeline(caches, sync.router if sync.synced else None)
+        local_rows = LocalRows(pipeline, streams.values())
+        opened.push_async_callback(local_rows.close)
+        handler = ReplicationHandler(
+            instance, streams.values(), sink=pipeline, max_backlog=settings.replication.max_backlog
+        )
+        opened.push_async_callback(handler.close)
+        api = HostFacade(settings, plugins, db, streams, caches, local_rows, handler, plugin_settings)
+        pipeline.add_handlers(plugins.rows_handlers(api))
+        transport = make_transport(settings, handler)
+        opened.push_async_callback(transport.close)
+        streamer = ReplicationStreamer(
+            instance,
+            streams.values(),
+            transport,
+            linger=settings.replication.linger_ms / 1000,
+            linger_rows=settings.replication.linger_rows,
+        )
+        handler.on_replicate = lambda _conn: streamer.announce()
+        transport.on_connected = streamer.announce
+        transport.on_gap = streamer.mark_gap
+        opened.pop_all()  # built: the host closes them from now on
+    return HostParts(
+        instance_name=instance,
+        settings=settings,
+        plugins=plugins,
+        db=db,
+        leases=leases,
+        export_runs=export_runs,
+        streams=streams,
+        caches=caches,
+        sync=sync,
+        pipeline=pipeline,
+        local_rows=local_rows,
+        handler=handler,
+        api=api,
+        streamer=streamer,
+        transport=transport,
+        recent=recent,
+    )
+
+
+def _persisted(streams: dict[str, ReplicatedStream], stream: str) -> int | None:
+    """``stream``'s persisted-up-to position as a positive wire token (``None``: not run here)."""
+    found = streams.get(stream)
+    if found is None:
+        return None
+    return found.id_gen.get_current_token() * found.id_gen.factor
