@@ -14,6 +14,8 @@ from unittest import mock
 
 import pytest
 
+from tests import class_archive
+
 ROOT = Path(__file__).resolve().parent.parent
 TEST_PLUGINS = ROOT / "tests" / "plugin_projects"
 
@@ -52,16 +54,11 @@ SCALE_PATHS = (
 )
 
 
-#: Spark's defaults for the suite's JVMs (the driver of its own session and of every ``factstream export``
-#: it starts, their executors): see the file. The standalone cluster's master and worker take the same
-#: options from ``SPARK_DAEMON_JAVA_OPTS``.
-SPARK_CONF_DIR = ROOT / "tests" / "spark-conf"
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=2"
-
-
 def pytest_configure(config: pytest.Config) -> None:
-    os.environ["SPARK_CONF_DIR"] = str(SPARK_CONF_DIR)
-    os.environ["SPARK_DAEMON_JAVA_OPTS"] = QUICK_JVM
+    # The suite's Spark JVMs: quick flags and, where ./dev test made one, a class-data archive
+    # (tests/class_archive.py); the standalone cluster's master and worker take the flags alone.
+    os.environ["PYSPARK_SUBMIT_ARGS"] = class_archive.submit_args(class_archive.archive_path())
+    os.environ["SPARK_DAEMON_JAVA_OPTS"] = class_archive.QUICK_JVM
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -31,6 +31,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from factstream.demo.story import BEFORE_CAROL
+from tests import class_archive
 
 pytestmark = pytest.mark.slow
 
@@ -190,7 +191,8 @@ class TestFullRun:
         shell = lines[hint + 1].strip()
         statement = lines[hint + 2].removeprefix("then: ")
         plain = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
-        plain |= {k: os.environ[k] for k in ("JAVA_HOME", "SPARK_CONF_DIR") if k in os.environ}
+        plain |= {k: os.environ[k] for k in ("JAVA_HOME",) if k in os.environ}
+        plain["SPARK_SUBMIT_OPTS"] = class_archive.java_options(class_archive.archive_path())  # the suite's JVM flags
         # The shell is interactive in a terminal; from a pipe, Python is only when told (its start-up file,
         # which makes ``spark``, runs in interactive mode only).
         plain["PYSPARK_DRIVER_PYTHON_OPTS"] = "-i"
