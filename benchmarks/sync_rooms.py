@@ -219,12 +219,12 @@ async def bench_initial(host: Host, port: int, sizes: Sizes, emit: Emit) -> None
         (READER, TOKEN, sizes.rooms, REFERENCE_INITIAL_1000),
         (READER200, TOKEN200, sizes.small_rooms, REFERENCE_INITIAL_200),
     ):
-        check_initial(await service.sync(user, None, 0, filter=FILTER), rooms)  # and a warm-up
+        check_initial(await service.sync(user, None, 0, api=host.api, filter=FILTER), rooms)  # and a warm-up
         times = []
         cpu = time.process_time()
         for _ in range(sizes.initial_samples):
             start = time.perf_counter()
-            body = await service.sync(user, None, 0, filter=FILTER)
+            body = await service.sync(user, None, 0, api=host.api, filter=FILTER)
             times.append(time.perf_counter() - start)
         cpu = (time.process_time() - cpu) / sizes.initial_samples
         check_initial(body, rooms)
@@ -259,7 +259,7 @@ async def bench_incremental(host: Host, port: int, rooms: Sequence[RemoteRoom], 
     rng = random.Random(17)
     by_id = {r.room_id: r for r in rooms}
     client = HttpClient(port, TOKEN)
-    since = (await service.sync(READER, None, 0, filter=FILTER))["next_batch"]
+    since = (await service.sync(READER, None, 0, api=host.api, filter=FILTER))["next_batch"]
     times: list[float] = []
     http_times: list[float] = []
     nothing: list[float] = []
@@ -270,7 +270,7 @@ async def bench_incremental(host: Host, port: int, rooms: Sequence[RemoteRoom], 
                 await message(store, by_id[room_id], i * sizes.changed + n)
             if i % 2 == 0:
                 start = time.perf_counter()
-                body = await service.sync(READER, since, 0, filter=FILTER)
+                body = await service.sync(READER, since, 0, api=host.api, filter=FILTER)
                 times.append(time.perf_counter() - start)
             else:
                 took, body = await client.sync(since, FILTER)
@@ -281,7 +281,7 @@ async def bench_incremental(host: Host, port: int, rooms: Sequence[RemoteRoom], 
             since = body["next_batch"]
             if i % 10 == 0:  # nothing new: answered from the change caches
                 start = time.perf_counter()
-                empty = await service.sync(READER, since, 0, filter=FILTER)
+                empty = await service.sync(READER, since, 0, api=host.api, filter=FILTER)
                 nothing.append(time.perf_counter() - start)
                 assert not empty.get("rooms"), empty
     finally:
@@ -321,7 +321,7 @@ async def bench_wakeups(host: Host, rooms: Sequence[RemoteRoom], sizes: Sizes, e
     started = time.perf_counter()
     futures: dict[int, asyncio.Future[dict[str, Any]]] = {}
     for i in range(polls):
-        futures[i] = asyncio.ensure_future(service.sync(idle_user(i), since, 600, filter=FILTER))
+        futures[i] = asyncio.ensure_future(service.sync(idle_user(i), since, 600, api=host.api, filter=FILTER))
         if i % 500 == 499:
             await asyncio.sleep(0)  # let the parked ones get to their wait
     await until(lambda: notifier.open_waits == polls, 300, "polls to park")
@@ -340,7 +340,9 @@ async def bench_wakeups(host: Host, rooms: Sequence[RemoteRoom], sizes: Sizes, e
         events = [json.loads(bytes(e)) for e in body["rooms"]["join"][rooms[i].room_id]["timeline"]["events"]]
         assert [e["type"] for e in events] == ["m.room.message"], events
         strays += woken[0] - before - 1
-        futures[i] = asyncio.ensure_future(service.sync(idle_user(i), body["next_batch"], 600, filter=FILTER))
+        futures[i] = asyncio.ensure_future(
+            service.sync(idle_user(i), body["next_batch"], 600, api=host.api, filter=FILTER)
+        )
         await until(lambda: notifier.listening(idle_user(i)) == 1, 10, "the poll to park again")  # noqa: B023
     others_done = sum(1 for f in futures.values() if f.done())
     notifier.close()

@@ -161,7 +161,7 @@ async def service_level(url: str, polls: int, samples: int, *, measure_memory: b
             tracemalloc.start()
             before = tracemalloc.get_traced_memory()[0]
         for i in range(polls):
-            futures[i] = asyncio.ensure_future(service.sync(user(i), since, 600))
+            futures[i] = asyncio.ensure_future(service.sync(user(i), since, 600, api=host.api))
         await until(lambda: service.notifier.open_waits == polls, 120, "polls to park")
         await until(lambda: sum(service.notifier.listening(user(i)) for i in range(polls)) == polls, 60, "listeners")
         per_poll = 0.0
@@ -176,7 +176,7 @@ async def service_level(url: str, polls: int, samples: int, *, measure_memory: b
             response = await asyncio.wait_for(futures[i], 10)
             latencies.append(time.time() - committed)
             assert [item["body"] for item in response["streams"][TABLE]] == ["ping"], response
-            futures[i] = asyncio.ensure_future(service.sync(user(i), response["next_batch"], 600))
+            futures[i] = asyncio.ensure_future(service.sync(user(i), response["next_batch"], 600, api=host.api))
             await until(lambda: service.notifier.open_waits == polls, 10, "the poll to park again")
         others_done = sum(1 for f in futures.values() if f.done())
         service.notifier.close()
