@@ -40,14 +40,13 @@ from psycopg import AsyncConnection
 from factstream import HostApi, SyncRequest
 from factstream_events.read.filters import RoomFilter
 from factstream_events.read.plan import (
-    AFTER_GAP,
     ReadPlan,
     RoomPlan,
+    fetch_initial,
     fetch_new,
     membership_changes,
     plan_changes,
     plan_initial,
-    together,
 )
 from factstream_events.read.reads import Reads
 from factstream_events.read.roomtokens import token_text
@@ -88,16 +87,6 @@ SELECT room_id FROM (
     WHERE m.user_id = %(user)s AND {upto} ORDER BY m.room_id, m.stream_ordering DESC
 ) m WHERE membership = 'join'
 """
-# The newest events of each room up to its cap, by (topological, stream) order: initial sync. Without
-# their JSON (``raw`` empty): ``Reads.format`` keeps each event's client form and reads the JSON of
-# those it does not hold, in one query (an initial sync of 1,000 rooms moves 7.7 MB of JSON otherwise).
-_NEWEST_IN_ROOMS = """
-SELECT {columns}, ''::bytea FROM unnest(%(rooms)b::text[], %(caps)b::bigint[]) AS r(room_id, cap)
-CROSS JOIN LATERAL (
-    SELECT * FROM events x WHERE x.room_id = r.room_id AND NOT x.outlier AND x.stream_ordering <= r.cap AND {upto}
-    ORDER BY x.topological_ordering DESC, x.stream_ordering DESC LIMIT %(limit)s
-) e
-"""
 # The state changes of rooms in the range (``{span}``, per writer) before each room's ``high`` (its
 # timeline's first event): the last of each key in each room's range.
 _STATE_CHANGES = """
@@ -106,7 +95,7 @@ FROM unnest(%(rooms)b::text[], %(highs)b::bigint[]) AS r(room_id, high)
 JOIN current_state_delta_stream d ON d.room_id = r.room_id AND d.stream_id < r.high AND {span}
 ORDER BY d.room_id, d.type, d.state_key, d.stream_id DESC
 """
-# The state events of a state section, without their JSON (as ``_NEWEST_IN_ROOMS``).
+# The state events of a state section, without their JSON (as an initial sync's timelines: ``plan.fetch_initial``).
 _STATE_BY_ID = f"SELECT {COLUMNS}, ''::bytea FROM events e WHERE e.event_id = ANY(%(ids)b)"
 
 
@@ -182,34 +171,13 @@ class RoomSync:
             memberships = _MEMBERSHIPS_AT.format(columns=COLUMNS, upto=where)
             members = map(row_of, await fetch_binary(conn, memberships, {**bound, "user": user}))
             plan = plan_initial(members, upto.maximum, include_leave=room_filter.include_leave)
-            timelines = await self._newest(conn, plan, upto, room_filter.limit)
+            new = await fetch_initial(conn, plan, upto, room_filter.limit)
+            timelines = {}
+            for room_id, rows in new.items():
+                first = rows.rows[0] if rows.rows else None  # page back from just before it
+                prev = f"t{first.topological}-{first.stream - 1}" if first is not None else None
+                timelines[room_id] = _Timeline(rows.rows, rows.limited, prev)
             return await self._render(conn, user, plan, timelines, None, room_filter)
-
-    async def _newest(
-        self, conn: AsyncConnection[Any], plan: ReadPlan, upto: Positions, limit: int
-    ) -> dict[str, _Timeline]:
-        """An initial sync's timelines: each planned room's newest ``limit`` events up to its cap, by
-        topological order (oldest first), every room's in one query."""
-        reading = plan.timelines()
-        if not reading:
-            return {}
-        names = [r.room_id for r in reading]
-        where, bound = upto.bound("<=", "x.stream_ordering", "x.instance_name", "upto")
-        params = {**bound, "rooms": names, "caps": [r.cap for r in reading], "limit": limit + 1}
-        newest = _NEWEST_IN_ROOMS.format(columns=COLUMNS, upto=where)
-        newest_rows, after_gap = await together(conn, (newest, params), (AFTER_GAP, {"rooms": names}))
-        found: dict[str, list[Row]] = {}
-        for row in map(row_of, newest_rows):
-            found.setdefault(row.room_id, []).append(row)
-        after = {str(r[0]) for r in after_gap}
-        out = {}
-        for room_id in names:
-            rows = sorted(found.get(room_id, ()), key=lambda r: (r.topological, r.stream), reverse=True)
-            kept = tuple(rows[:limit][::-1])
-            limited = len(rows) > limit or any(row.event_id in after for row in kept)
-            prev = f"t{kept[0].topological}-{kept[0].stream - 1}" if kept else None
-            out[room_id] = _Timeline(kept, limited, prev)
-        return out
 
     # -- the response ------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -237,6 +237,16 @@ class Persister:
             return await room.persist_local(write)
 
 
+async def _retried(first: Attempt, once: Callable[[Attempt], Awaitable[Persisted]]) -> Persisted:
+    """``once(attempt)`` until it does not ask to try again (a ``TryAgain`` carries the next attempt)."""
+    attempt = first
+    while True:
+        try:
+            return await once(attempt)
+        except TryAgain as again:
+            attempt = again.attempt
+
+
 class LockedRoom:
     """A room whose lock its holder has (:meth:`Persister.room`): its writes, one at a time."""
 
@@ -251,23 +261,13 @@ class LockedRoom:
 
         ``room_version``: for a batch of a room not held yet whose create event is not in the batch."""
         check_batch(self.room_id, batch)
-        attempt = Attempt()
-        while True:
-            try:
-                return await self._persist_given(batch, origin, room_version, attempt)
-            except TryAgain as again:
-                attempt = again.attempt
+        return await _retried(Attempt(), lambda attempt: self._persist_given(batch, origin, room_version, attempt))
 
     async def persist_local(self, write: LocalWrite) -> Persisted:
         """Persist the local ``write``: its drafts are built from the room as it is (its forward
         extremities, its current state), so no other write of the room comes in between; its claim of a
         transaction ID, if any, is a part of the batch's statement (a unique violation fails the batch)."""
-        attempt = Attempt(look_first=False)
-        while True:
-            try:
-                return await self._persist_built(write, attempt)
-            except TryAgain as again:
-                attempt = again.attempt
+        return await _retried(Attempt(look_first=False), lambda attempt: self._persist_built(write, attempt))
 
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[Transaction]:
