@@ -73,6 +73,7 @@ class HostParts:
         return await self.handler.wait_for_stream_position(instance, stream, position, timeout)
 
 
+# Long on purpose: the dependency order of the parts, top to bottom, in one place (module docstring).
 async def compose(
     settings: Settings,
     plugins: PluginHost,

@@ -35,16 +35,7 @@ Fixtures:
 ``row_recorder``           a :class:`~factstream.testing.recorder.RowRecorder`, installed as a plugin: the rows
                            each in-process host received (``row_recorder.rows("worker1", "notes")``).
 
-``host_cluster`` in short::
-
-    async def test_a_worker_gets_the_notes(plugin_installer, host_cluster):
-        plugin_installer.from_project(NOTES)
-        host_cluster.configure(stream_writers={"notes": ["main"]})  # defaults of every host
-        main = await host_cluster("main")
-        worker = await host_cluster("worker1", http={"port": free_port()})  # this host's overrides
-        await host_cluster.following(worker, "notes")
-        ...
-
+A test with ``host_cluster``: docs/writing-plugins.md, "Testing with a host cluster".
 ``host_cluster.configure(transport="redis")`` replicates over ``redis_url`` instead of TCP (where main
 listens on ``host_cluster.main_port``); ``configure(database=URL)`` uses a database the test migrated itself;
 ``configure(plugin_host=...)`` gives the hosts a ``PluginHost`` (or a function making one per host)

@@ -80,13 +80,6 @@ JOIN events e ON e.event_id = m.event_id JOIN event_json j ON j.event_id = m.eve
 WHERE m.user_id = %(user)s AND {upto}
 ORDER BY m.room_id, m.stream_ordering DESC
 """
-_JOINED_AT = """
-SELECT room_id FROM (
-    SELECT DISTINCT ON (m.room_id) m.room_id, m.membership FROM room_memberships m
-    JOIN events e ON e.event_id = m.event_id
-    WHERE m.user_id = %(user)s AND {upto} ORDER BY m.room_id, m.stream_ordering DESC
-) m WHERE membership = 'join'
-"""
 # The state changes of rooms in the range (``{span}``, per writer) before each room's ``high`` (its
 # timeline's first event): the last of each key in each room's range.
 _STATE_CHANGES = """
@@ -125,22 +118,20 @@ class RoomSync:
             return await self.initial(request.user, span.high, room_filter)
         joined = [r.room_id for r in mine if r.membership == "join"]
         # The change caches are asked from the slowest writer's position of each end: conservative.
-        if self.timeline.members.has_changed_since(request.user, span.high.minimum):
-            # this process may already hold membership changes of the user beyond the range (a leave
-            # or join written while the request ran): the rooms they were in at its end, not now
-            joined = await self._joined_at(request.user, span.high)
+        if mine.newest_change > span.high.minimum or self.timeline.members.has_changed_since(
+            request.user, span.high.minimum
+        ):
+            # the user's rooms as read may already hold a membership change beyond the range: one this
+            # process holds (a leave or join written while the request ran), or one the database holds
+            # that has not reached this process yet (the rooms were read from the database, which may be
+            # ahead of it): the rooms they were in at its end, not now
+            joined = await self.timeline.joined_at(request.user, span.high)
         member_changed = self.timeline.members.has_changed_since(request.user, span.low.minimum)
         changed = self.timeline.rooms.changed_since(joined, span.low.minimum)
         rooms = set(joined) if changed is None else changed
         if not member_changed and not rooms:
             return {}
         return await self.incremental(request.user, span, room_filter, rooms, member_changed)
-
-    async def _joined_at(self, user: str, upto: Positions) -> list[str]:
-        """The rooms ``user`` was joined to at the per-writer positions ``upto``."""
-        where, params = upto.bound("<=", "e.stream_ordering", "e.instance_name", "upto")
-        rows = await self.host.database().fetchall(_JOINED_AT.format(upto=where), {**params, "user": user})
-        return [str(r[0]) for r in rows]
 
     # -- incremental -------------------------------------------------------------------------------
 

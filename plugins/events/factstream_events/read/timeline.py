@@ -20,7 +20,7 @@ as a normal event is new at its ``ex_outlier_stream`` ID.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from factstream import Caches, HostApi, cached
@@ -40,10 +40,20 @@ MAX_ROOMS = 1_000
 MAX_TIMELINE = 100
 DEFAULT_TIMELINE = 10
 
+# Every current membership of the user (leaves and bans too: the newest of them all says how far the
+# database was when the rooms were read).
 _ROOMS_FOR_USER = """
 SELECT c.room_id, c.membership, e.stream_ordering
 FROM current_state_events c JOIN events e ON e.event_id = c.event_id
-WHERE c.type = 'm.room.member' AND c.state_key = %(user)s AND c.membership IN ('join', 'invite')
+WHERE c.type = 'm.room.member' AND c.state_key = %(user)s
+"""
+# The rooms a user was joined to at per-writer positions (``{upto}``), from the membership history.
+_JOINED_AT = """
+SELECT room_id FROM (
+    SELECT DISTINCT ON (m.room_id) m.room_id, m.membership FROM room_memberships m
+    JOIN events e ON e.event_id = m.event_id
+    WHERE m.user_id = %(user)s AND {upto} ORDER BY m.room_id, m.stream_ordering DESC
+) m WHERE membership = 'join'
 """
 _RECENT = f"""
 WITH ranked AS (
@@ -91,6 +101,20 @@ class MyRoom:
     room_id: str
     membership: str
     member_stream: int
+
+
+@dataclass(frozen=True, slots=True)
+class MyRooms:
+    """A user's current rooms (iterating gives them), as the database held them when they were read."""
+
+    rooms: tuple[MyRoom, ...]
+    #: The stream ordering of the user's newest membership event in any room (leaves and bans too;
+    #: -1: none). Read from the database, which may be ahead of this process's position in the stream:
+    #: when it is beyond a read's range, the rooms are not those of the range's end.
+    newest_change: int
+
+    def __iter__(self) -> Iterator[MyRoom]:
+        return iter(self.rooms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,10 +185,17 @@ class Timeline:
     # -- the user's rooms ----------------------------------------------------------------------------
 
     @cached(name=ROOMS_FOR_USER, max_size=50_000)
-    async def rooms_for_user(self, user: str) -> tuple[MyRoom, ...]:
-        """The rooms ``user`` is joined to or invited to now."""
+    async def rooms_for_user(self, user: str) -> MyRooms:
+        """The rooms ``user`` is joined to or invited to now, and their newest membership change."""
         rows = await self.host.database().fetchall(_ROOMS_FOR_USER, {"user": user})
-        return tuple(MyRoom(str(r), str(m), int(s)) for r, m, s in rows)
+        rooms = tuple(MyRoom(str(r), str(m), int(s)) for r, m, s in rows if m in ("join", "invite"))
+        return MyRooms(rooms, max((int(s) for _, _, s in rows), default=-1))
+
+    async def joined_at(self, user: str, upto: Positions) -> list[str]:
+        """The rooms ``user`` was joined to at the per-writer positions ``upto`` (from the history)."""
+        where, params = upto.bound("<=", "e.stream_ordering", "e.instance_name", "upto")
+        rows = await self.host.database().fetchall(_JOINED_AT.format(upto=where), {**params, "user": user})
+        return [str(r[0]) for r in rows]
 
     # -- what is new for a user since a token --------------------------------------------------------
 
@@ -190,6 +221,9 @@ class Timeline:
             return nothing
         mine = await self.rooms_for_user(user)
         joined = [r.room_id for r in mine if r.membership == "join"]
+        if mine.newest_change > upto.minimum:
+            # the rooms were read from a database ahead of this process: those of ``upto``, not now
+            joined = await self.joined_at(user, upto)
         # the change caches are asked from the slowest writer's position: conservative (a room that
         # changed only before a faster writer's position is read, and then found to have nothing)
         member_changed = self.members.has_changed_since(user, after.minimum)
