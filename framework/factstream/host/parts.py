@@ -46,7 +46,6 @@ from factstream.sync.service import SyncService
 class HostParts:
     """Everything a started host is made of (module docstring); what routes, health and the dashboard read."""
 
-    instance_name: str
     settings: Settings
     plugins: PluginHost
     db: Database
@@ -68,6 +67,10 @@ class HostParts:
     transport: Transport | None
     #: The last warnings and errors of this process (the dashboard shows them).
     recent: RecentProblems
+
+    @property
+    def instance_name(self) -> str:
+        return self.settings.instance_name
 
     async def wait_for_stream_position(self, instance: str, stream: str, position: int, timeout: float = 5.0) -> bool:
         return await self.handler.wait_for_stream_position(instance, stream, position, timeout)
@@ -144,7 +147,6 @@ async def compose(
         transport.on_gap = streamer.mark_gap
         opened.pop_all()  # built: the host closes them from now on
     return HostParts(
-        instance_name=instance,
         settings=settings,
         plugins=plugins,
         db=db,
