@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -69,14 +69,16 @@ class RoomPlan:
     later: tuple[Row, ...] = ()
     #: A ``leave`` room: an invite that followed, which shows the room under ``invite`` too.
     invited_again: Row | None = None
+    #: The user never joined the room in the range (``cap`` -1): a rejected invite, a withdrawn knock.
+    never_joined: bool = field(init=False)
+    #: Whether the room's timeline is read (not an invite, and joined).
+    has_timeline: bool = field(init=False)
 
-    @property
-    def never_joined(self) -> bool:
-        return self.cap < 0
-
-    @property
-    def has_timeline(self) -> bool:
-        return self.section != "invite" and not self.never_joined
+    def __post_init__(self) -> None:
+        # fields, not properties: read per room while a response is rendered, where a property would be a
+        # call back into this module (tests/bundled/events/test_sync_walk.py)
+        object.__setattr__(self, "never_joined", self.cap < 0)
+        object.__setattr__(self, "has_timeline", self.section != "invite" and self.cap >= 0)
 
 
 @dataclass(frozen=True, slots=True)

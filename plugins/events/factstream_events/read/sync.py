@@ -192,7 +192,9 @@ class RoomSync:
         out: dict[str, dict[str, Any]] = {}
         for room in sorted(rooms, key=lambda r: r.room_id):
             if room.section == "invite":
-                body: dict[str, Any] = {"invite_state": {"events": await self._invite_state(conn, user, room)}}
+                invite = room.member_event
+                assert invite is not None  # an invite room is planned from the invite
+                body: dict[str, Any] = {"invite_state": {"events": await self._invite_state(conn, user, invite)}}
             else:
                 timeline = timelines.get(room.room_id, _Timeline())
                 served = events.get(room.room_id, [])
@@ -206,8 +208,7 @@ class RoomSync:
                     body["timeline"]["prev_batch"] = timeline.prev_batch
             out.setdefault(room.section, {})[room.room_id] = body
             if room.invited_again is not None:
-                again = RoomPlan(room.room_id, "invite", room.invited_again.stream, member_event=room.invited_again)
-                invite_state = await self._invite_state(conn, user, again)
+                invite_state = await self._invite_state(conn, user, room.invited_again)
                 out.setdefault("invite", {})[room.room_id] = {"invite_state": {"events": invite_state}}
         return out
 
@@ -336,11 +337,9 @@ class RoomSync:
             out.setdefault(row.room_id, []).append(event)
         return out
 
-    async def _invite_state(self, conn: AsyncConnection[Any], user: str, room: RoomPlan) -> list[Any]:
+    async def _invite_state(self, conn: AsyncConnection[Any], user: str, invite: Row) -> list[Any]:
         """The invite and the stripped state of its room: from the state after the invite when this
         server holds it, else from the invite's own ``unsigned.invite_room_state`` (a remote invite)."""
-        invite = room.member_event
-        assert invite is not None
         stripped: list[Any] = []
         if invite.outlier or invite.state_group is None:
             unsigned = parse_event_json(invite.raw).get("unsigned")
@@ -349,7 +348,7 @@ class RoomSync:
                 if isinstance(item, dict) and isinstance(item.get("type"), str):
                     stripped.append({k: item[k] for k in ("type", "state_key", "content", "sender") if k in item})
         else:
-            loaded = await self.reads.states.load_groups(conn, {room.room_id: {invite.state_group}})
+            loaded = await self.reads.states.load_groups(conn, {invite.room_id: {invite.state_group}})
             group = loaded[invite.state_group].state
             ids = [e for t, keys in group.items() if t in STRIPPED_TYPES for e in keys.values()]
             inviter = group.get(MEMBER, {}).get(invite.sender)
