@@ -46,9 +46,12 @@ from factstream.plugin.web import (
     read_body,
     require_writer,
 )
+from factstream.room_token import MAX_ROOM_TOKEN_LENGTH, MAX_WRITERS, RoomToken, TokenError
 
 __all__ = [
     "CURRENT_STATE_CACHE_NAME",
+    "MAX_ROOM_TOKEN_LENGTH",
+    "MAX_WRITERS",
     "BadKey",
     "CacheSpec",
     "Caches",
@@ -71,6 +74,7 @@ __all__ = [
     "PluginError",
     "RegisterRowsHandler",
     "RegisterStream",
+    "RoomToken",
     "RouteSpec",
     "RowsHandler",
     "RowsHandlerSpec",
@@ -79,6 +83,7 @@ __all__ = [
     "StreamTable",
     "StreamWriter",
     "SyncRequest",
+    "TokenError",
     "Transaction",
     "Wake",
     "cached",

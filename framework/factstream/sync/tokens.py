@@ -25,8 +25,11 @@ Two parsers, for two kinds of input:
   increasing instance ID, each known and strictly ahead of the minimum; a room field is ``s`` or
   ``m``, never ``t`` (a position in one room's history is no position of the stream: nothing can
   advance or compare it as one). Negative positions are refused: only forward streams are synced
-  (``check_sync_keys``), so none of their positions is below 0. This is the rule the events
-  plugin's own room token parser applies to the live forms, and a test holds the two to it.
+  (``check_sync_keys``), so none of their positions is below 0. The grammar is the room token's,
+  owned by :mod:`factstream.room_token`: a room field is read by ``RoomToken.parse`` itself (the
+  parser the events plugin reads its ``from`` and ``to`` with), then its instance IDs become writer
+  names and a historic token is refused; the ``m`` form of a multi-writer field by its writer grammar
+  (``parse_writers``). One rule, one parser, for every live position a client gives.
 * ``deserialize``: the lenient codec of any value of the class (negative positions of backwards
   streams, topological room tokens, the historic ``m5~`` and entries at or below the minimum, which
   it drops). Only a retired sync key's field, whose value is thrown away, is read with it.
@@ -43,7 +46,20 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 
-from factstream.errors import FactstreamError
+from factstream.room_token import MAX_WRITERS, RoomToken, TokenError, parse_writers
+
+__all__ = [
+    "MAX_POSITION",
+    "MAX_WRITERS",
+    "MultiWriterStreamToken",
+    "PositionSource",
+    "RoomStreamToken",
+    "TokenError",
+    "instance_ids_in",
+    "parse_int",
+    "parse_position",
+    "writer_names",
+]
 
 if TYPE_CHECKING:
     from factstream.sync.instance_ids import InstanceIds
@@ -51,20 +67,10 @@ if TYPE_CHECKING:
 #: The largest position a token may hold: PostgreSQL ``BIGINT``.
 MAX_POSITION = 2**63 - 1
 
-#: At most this many writers in one multi-writer field; more is not a token we wrote.
-MAX_WRITERS = 64
-
 _EMPTY: Mapping[str, int] = MappingProxyType({})
 _INT = re.compile(r"-?[0-9]{1,19}", re.ASCII)
 #: A position as the serialiser writes it: 0, or up to 19 digits without a leading zero.
 _POSITION = re.compile(r"0|[1-9][0-9]{0,18}", re.ASCII)
-
-
-class TokenError(FactstreamError):
-    """A sync token (or one field of it) is malformed; the message says which field and why.
-
-    Raised for untrusted input only: the HTTP layer maps it to ``400 Bad Request``.
-    """
 
 
 @runtime_checkable
@@ -210,41 +216,22 @@ def _parse_clock(text: str, what: str, name_for: Callable[[int], str]) -> tuple[
 
 
 def _parse_sync_clock(text: str, what: str, name_for: Callable[[int], str], short: str) -> tuple[int, dict[str, int]]:
-    """Parse ``m<stream>~<id>.<pos>...`` (``text`` without the ``m``) strictly: see the module docstring.
+    """Parse ``m<stream>~<id>.<pos>...`` (``text`` without the ``m``) strictly, by the room token's rule
+    (:func:`factstream.room_token.parse_writers`); ``short`` is the form to write when no writer is
+    ahead (``<stream>`` or ``s<stream>``)."""
+    stream, writers = parse_writers(what, text, short=short)
+    return stream, _named(writers, what, name_for)
 
-    ``short`` is the form to write when no writer is ahead (``<stream>`` or ``s<stream>``).
-    """
-    minimum_text, *entries = text.split("~", MAX_WRITERS + 1)
-    stream = parse_position(minimum_text, f"{what}: minimum position")
-    if not entries or entries == [""]:
-        raise TokenError(
-            f"{what}: an 'm' token lists at least one writer ('m<stream>~<id>.<pos>'); with none, write '{short}'"
-        )
-    if len(entries) > MAX_WRITERS:
-        raise TokenError(f"{what}: more than {MAX_WRITERS} writers")
+
+def _named(writers: Iterable[tuple[int, int]], what: str, name_for: Callable[[int], str]) -> dict[str, int]:
+    """``(instance ID, position)`` entries by writer name; an ID that no instance has is a ``TokenError``."""
     positions: dict[str, int] = {}
-    previous = -1
-    for entry in entries:
-        instance_text, dot, pos_text = entry.partition(".")
-        if not dot:
-            raise TokenError(f"{what}: expected '<instance id>.<position>', got {_shown(entry)}")
-        instance_id = parse_position(instance_text, f"{what}: instance id")
-        pos = parse_position(pos_text, f"{what}: position of instance {instance_id}")
-        if instance_id == previous:
-            raise TokenError(f"{what}: instance id {instance_id} appears twice")
-        if instance_id < previous:
-            raise TokenError(f"{what}: instance id {instance_id} after {previous}: writers are listed by increasing id")
-        if pos <= stream:
-            raise TokenError(
-                f"{what}: instance {instance_id} at {pos} is not ahead of the minimum {stream}"
-                " (only writers strictly ahead of it are listed)"
-            )
+    for instance_id, pos in writers:
         try:
             positions[name_for(instance_id)] = pos
         except LookupError:
             raise TokenError(f"{what}: unknown instance id {instance_id}") from None
-        previous = instance_id
-    return stream, positions
+    return positions
 
 
 def instance_ids_in(text: str) -> list[int]:
@@ -425,18 +412,16 @@ class RoomStreamToken(_VectorClock):
         A ``t`` token is refused: it is a position in one room's history (``/messages``), not in the
         stream, and a sync token holding one could be neither compared nor advanced.
         """
-        head, rest = text[:1], text[1:]
-        if head == "s":
-            return cls(stream=parse_position(rest, what))
-        if head == "m":
-            stream, positions = _parse_sync_clock(rest, what, name_for, "s<stream>")
-            return cls(stream=stream, instance_map=positions)
-        if head == "t":
+        try:
+            token = RoomToken.parse(text)
+        except TokenError as exc:
+            raise TokenError(f"{what}: {exc}") from None
+        if not token.live:
             raise TokenError(
                 f"{what}: a topological room token {_shown(text)} is not a sync position;"
                 " give the next_batch of a /sync"
             )
-        raise TokenError(f"{what}: expected 's<stream>' or 'm<stream>~<id>.<pos>...', got {_shown(text)}")
+        return cls(stream=token.stream, instance_map=_named(token.writers, what, name_for))
 
     async def to_string(self, ids: InstanceIds) -> str:
         """The string form, resolving (and if needed recording) writer IDs through ``ids``."""

@@ -27,6 +27,7 @@ from factstream_events.rules.tokens import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import factstream
 from factstream.db.engine import libpq_url
 
 BIGINT_MIN = -(2**63)
@@ -35,6 +36,16 @@ BIGINT_MAX = 2**63 - 1
 Event = tuple[int, int]  # (topological_ordering, stream_ordering)
 
 # -- parsing and formatting -----------------------------------------------------------------------
+
+
+def test_the_plugin_reads_room_tokens_with_the_core_s_one_type() -> None:
+    """One room token type, owned by the core: the plugin's names are the core's (so the ``/sync`` token
+    parser and the plugin's routes cannot drift apart), and its error is a ``ValueError`` and a
+    ``FactstreamError`` alike."""
+    assert RoomToken is factstream.RoomToken and TokenError is factstream.TokenError
+    assert RoomToken.__module__ == "factstream.room_token"
+    assert issubclass(TokenError, ValueError) and issubclass(TokenError, factstream.FactstreamError)
+
 
 live_tokens = st.builds(RoomToken, stream=st.integers(0, BIGINT_MAX))
 historic_tokens = st.builds(

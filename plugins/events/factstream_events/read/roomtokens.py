@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from factstream import HostApi
 from factstream_events.rules.errors import InvalidParam
-from factstream_events.rules.tokens import Positions, RoomToken, TokenError
+from factstream_events.rules.tokens import Positions, RoomToken, TokenError, live_token, positions_of
 
 
 def parse_token(name: str, text: str | None) -> RoomToken | None:
@@ -38,10 +38,10 @@ async def writer_names(host: HostApi, name: str, token: RoomToken | None) -> dic
 
 async def live_positions(host: HostApi, name: str, token: RoomToken) -> Positions:
     """Where the live token ``token`` (parameter ``name``) puts each writer of the events stream."""
-    return token.positions(await writer_names(host, name, token))
+    return positions_of(token, await writer_names(host, name, token))
 
 
 async def token_text(host: HostApi, positions: Positions) -> str:
     """The live token of ``positions``: ``s<stream>`` when every writer is at one position, else ``m...``."""
     ids = await host.instance_ids(positions.ahead) if positions.ahead else {}
-    return str(RoomToken.at(positions, ids))
+    return str(live_token(positions, ids))
