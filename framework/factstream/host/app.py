@@ -281,18 +281,7 @@ class Host:
             if self._plugins_started:
                 for error in await self.plugins.shutdown(parts.api):
                     log.error("%s", error)
-            await parts.local_rows.close()
-            await parts.sync.close()
-            await parts.streamer.close()
-            if parts.transport is not None:
-                await parts.transport.close()
-            await parts.handler.close()
-            for stream in parts.streams.values():
-                await stream.id_gen.close()
-            await parts.leases.close()
-            parts.export_runs.close()
-            await parts.db.close()
-            parts.caches.close()
+            await parts.close()
         self.recent.remove()
         self._stopped.set()
 

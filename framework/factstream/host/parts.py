@@ -12,7 +12,8 @@ take that one type. One step closes a loop and is done last, before anything run
 handlers are called with the plugin API, which writes through the pipeline that calls them
 (:meth:`~factstream.host.pipeline.ReaderPipeline.add_handlers`). Nothing is started here: the host
 starts the transport, the streamer, the sync service and the plugins (``factstream.host.app``). A
-failure part-way closes what was opened, in reverse order.
+failure part-way closes what was opened, in reverse order; a built host's parts close in that same
+order too (:meth:`HostParts.close`, by the same stack).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from factstream.caches.invalidate import CACHES_STREAM
 from factstream.caches.registry import CacheRegistry
@@ -67,10 +68,23 @@ class HostParts:
     transport: Transport | None
     #: The last warnings and errors of this process (the dashboard shows them).
     recent: RecentProblems
+    #: What :func:`compose` opened, closed in reverse by :meth:`close`.
+    closing: contextlib.AsyncExitStack = field(repr=False)
 
     @property
     def instance_name(self) -> str:
         return self.settings.instance_name
+
+    async def close(self) -> None:
+        """Close the parts in the reverse of the order :func:`compose` built them: the streamer and the
+        transport in use, then the rest as pushed on :attr:`closing` (the handler, local rows, the sync
+        service, the caches, the ID generators, the leases, the export runs, the pool last). A build that
+        fails part-way closes what it built by the same stack, in the same order."""
+        await self.streamer.close()
+        if self.transport is not None:
+            await self.transport.close()
+            self.transport = None
+        await self.closing.aclose()
 
     async def wait_for_stream_position(self, instance: str, stream: str, position: int, timeout: float = 5.0) -> bool:
         return await self.handler.wait_for_stream_position(instance, stream, position, timeout)
@@ -133,8 +147,9 @@ async def compose(
         opened.push_async_callback(handler.close)
         api = HostFacade(settings, plugins, db, streams, caches, local_rows, handler, plugin_settings)
         pipeline.add_handlers(plugins.rows_handlers(api))
+        # the transport last: nothing after it can fail, and HostParts.close closes the one in use then
+        # (Host.reconnect_replication replaces it)
         transport = make_transport(settings, handler)
-        opened.push_async_callback(transport.close)
         streamer = ReplicationStreamer(
             instance,
             streams.values(),
@@ -145,7 +160,7 @@ async def compose(
         handler.on_replicate = lambda _conn: streamer.announce()
         transport.on_connected = streamer.announce
         transport.on_gap = streamer.mark_gap
-        opened.pop_all()  # built: the host closes them from now on
+        closing = opened.pop_all()  # built: HostParts.close closes them from now on
     return HostParts(
         settings=settings,
         plugins=plugins,
@@ -162,6 +177,7 @@ async def compose(
         streamer=streamer,
         transport=transport,
         recent=recent,
+        closing=closing,
     )
 
 
