@@ -9,10 +9,10 @@ import socket
 
 from factstream.replication.resp import RedisAddress, RespClient
 from factstream.replication.tcp import TcpClient, TcpServer
-from factstream.replication.tcp_connection import CLOSE_TIMEOUT
+from factstream.replication.tcp_connection import CLOSE_TIMEOUT, WRITE_CHUNK
 from factstream.sockets import nodelay, set_nodelay
+from factstream.testing.helpers import until
 from factstream.testing.processes import TcpProxy
-from tests.replication.test_replication import append_notes
 
 
 async def test_both_ends_of_a_replication_tcp_link_set_nodelay(host_cluster):
@@ -78,7 +78,22 @@ async def test_main_stops_in_bounded_time_beside_a_peer_that_stopped_reading(hos
     writer.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     writer.write(b"NAME stalled\nREPLICATE\n")
     await writer.drain()
-    await append_notes(main, 20_000, author="x" * 200)  # far more than the socket buffers hold
+    # far more than the socket buffers hold (about 4 MB), in a few statements: one transaction per
+    # fact took a minute of the suite, for the same rows
+    gen = main.id_generator("notes")
+    async with main.database().transaction() as txn:
+        for start in range(0, 20_000, 1_000):
+            notes = [{"author": f"{'x' * 200}{i}", "body": "x"} for i in range(start, start + 1_000)]
+            await gen.append_many_txn(txn, "notes", notes)
+    server = main.transport.endpoint
+    assert isinstance(server, TcpServer)
+
+    def stuck() -> bool:
+        """The stalled peer's connection holds what it cannot send (or overflowed and is closing)."""
+        conn = next((c for c in server.connections if c.peer == "stalled"), None)
+        return conn is not None and (conn.closed or conn.writer.transport.get_write_buffer_size() >= WRITE_CHUNK)
+
+    await until(stuck, 30, "the stalled peer's connection to back up")
     loop = asyncio.get_running_loop()
     started = loop.time()
     await asyncio.wait_for(main.stop(), CLOSE_TIMEOUT + 20)
