@@ -669,3 +669,48 @@ def test_the_test_of_each_hook_exists_and_uses_it(hook):
     }
     assert name in tests, f"{path} has no test {name}"
     assert hook in tests[name] or hook in module, f"{path}::{name} does not use hook {hook}"
+
+
+# -- sizes: modules a reader can hold, functions a reader can follow -----------------------------------
+
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+
+
+def product_modules() -> list[Path]:
+    """The core's modules and the bundled plugins' (their migrations aside: generated-style DDL)."""
+    roots = [CORE, *sorted((ROOT / "plugins").glob("*/factstream_*"))]
+    return [p for root in roots for p in sorted(root.rglob("*.py")) if "migrations" not in p.parts]
+
+
+def size_problems(path: Path) -> list[str]:
+    """A module over :data:`MAX_MODULE_LINES` lines, and each function over :data:`MAX_FUNCTION_LINES`
+    lines (decorators included) whose line above is not a comment saying why it is long."""
+    text = path.read_text()
+    lines = text.splitlines()
+    problems = [f"{path.name}: {len(lines)} lines"] if len(lines) > MAX_MODULE_LINES else []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            length = node.end_lineno - start + 1
+            above = lines[start - 2].strip() if start >= 2 else ""
+            if length > MAX_FUNCTION_LINES and not above.startswith("#"):
+                problems.append(f"{path.name}: {node.name} is {length} lines, without a comment saying why")
+    return problems
+
+
+def test_no_product_module_is_over_600_lines_nor_a_function_over_80_without_a_reason():
+    problems = [problem for path in product_modules() for problem in size_problems(path)]
+    assert problems == []
+
+
+def test_the_size_check_catches_a_long_module_and_an_unexplained_long_function(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    long_function = tmp_path / "long_function.py"
+    long_function.write_text(f"def unexplained():\n{body}\n\n\n# long on purpose: a table\ndef explained():\n{body}\n")
+    assert size_problems(long_function) == [
+        f"long_function.py: unexplained is {MAX_FUNCTION_LINES + 1} lines, without a comment saying why"
+    ]
+    long_module = tmp_path / "long_module.py"
+    long_module.write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    assert size_problems(long_module) == [f"long_module.py: {MAX_MODULE_LINES + 1} lines"]
