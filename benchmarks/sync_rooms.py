@@ -1,7 +1,7 @@
 """Rooms in ``/sync`` (issue 32): wake-ups, incremental and initial syncs of the events plugin's rooms.
 
 One host (instance ``main``, writer of ``events`` and ``backfill``) in this process. Everything is read
-the way a client's request reads it: ``host.sync_service().sync(...)`` (the whole ``/sync`` handler
+the way a client's request reads it: ``host.sync.sync(...)`` (the whole ``/sync`` handler
 minus HTTP: token parsing, the notifier, the events plugin's ``sync_rows``), and for the incremental
 and initial syncs also over HTTP (uvicorn on loopback, one kept-alive connection; the clock stops when
 the response's last byte is read, the JSON is parsed after).
@@ -214,7 +214,7 @@ def check_initial(body: dict[str, Any], rooms: int) -> None:
 
 
 async def bench_initial(host: Host, port: int, sizes: Sizes, emit: Emit) -> None:
-    service = host.sync_service()
+    service = host.sync
     for user, token, rooms, reference in (
         (READER, TOKEN, sizes.rooms, REFERENCE_INITIAL_1000),
         (READER200, TOKEN200, sizes.small_rooms, REFERENCE_INITIAL_200),
@@ -254,7 +254,7 @@ async def bench_initial(host: Host, port: int, sizes: Sizes, emit: Emit) -> None
 
 
 async def bench_incremental(host: Host, port: int, rooms: Sequence[RemoteRoom], sizes: Sizes, emit: Emit) -> None:
-    service = host.sync_service()
+    service = host.sync
     store = store_of(host)
     rng = random.Random(17)
     by_id = {r.room_id: r for r in rooms}
@@ -304,7 +304,7 @@ async def bench_incremental(host: Host, port: int, rooms: Sequence[RemoteRoom], 
 
 
 async def bench_wakeups(host: Host, rooms: Sequence[RemoteRoom], sizes: Sizes, emit: Emit) -> None:
-    service = host.sync_service()
+    service = host.sync
     notifier = service.notifier
     store = store_of(host)
     woken = [0]

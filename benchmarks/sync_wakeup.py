@@ -154,7 +154,7 @@ def percentiles(latencies: list[float]) -> tuple[float, float]:
 
 async def service_level(url: str, polls: int, samples: int, *, measure_memory: bool) -> dict[str, Any]:
     async with bench_host(url) as host:
-        service = host.sync_service()
+        service = host.sync
         since = await service.current().to_string(service.ids)
         futures: dict[int, asyncio.Future[dict[str, Any]]] = {}
         if measure_memory:
@@ -227,7 +227,7 @@ async def _client(port: int, polls: int, since: str) -> None:
 async def http_level(url: str, polls: int, samples: int, *, metrics: bool = True) -> dict[str, Any]:
     port = free_port()
     async with bench_host(url, http_port=port, users=polls, metrics=metrics) as host:
-        service = host.sync_service()
+        service = host.sync
         since = await service.current().to_string(service.ids)
         rss_before = rss_bytes()
         client = await asyncio.create_subprocess_exec(

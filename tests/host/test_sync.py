@@ -125,9 +125,9 @@ async def test_a_huge_timeout_is_capped(inbox_cluster, client):
     [
         ("abc", "field 1 (inbox_key): expected an integer"),
         ("1_2_3_4_5_6_7_8_9", "this server knows only"),
-        ("m5~x.6", "field 1 (inbox_key): instance id: expected an integer"),
+        ("m5~x.6", "field 1 (inbox_key): the instance ID of writer 1 has a character other than digits"),
         ("9" * 30, "expected an integer of at most 19 digits"),
-        ("m", "field 1 (inbox_key): minimum position"),
+        ("m", "field 1 (inbox_key): the minimum stream position is empty"),
         ("", None),
     ],
 )
@@ -247,13 +247,13 @@ async def test_a_plugins_sync_rows_and_wake_decide_what_is_seen_and_who_wakes(
         conn.execute("SELECT nextval('broadcast_seq')")
     plugin_installer.from_source("broadcast", BROADCAST)
     host = await inbox_cluster()
-    assert [s.name for s in host.sync_service().synced] == ["inbox", "broadcast"]
+    assert [s.name for s in host.sync.synced] == ["inbox", "broadcast"]
     import factstream_broadcast
 
     # Who is in which room: the host's notifier, which the plugin API does not reach (a plugin's
     # startup hook gets the HostApi), is told by the test.
     for user, rooms in factstream_broadcast.ROOMS.items():
-        host.sync_service().notifier.set_user_rooms(user, rooms)
+        host.sync.notifier.set_user_rooms(user, rooms)
 
     async def announce(room: str, text: str) -> None:  # through the stream's writer: it wakes the long polls
         writer = host.api.stream("broadcast", factstream_broadcast.Announcement)
@@ -292,7 +292,7 @@ def test_a_sync_key_on_a_stream_not_replicated_here_is_a_config_error():
 
 async def test_a_thousand_long_polls_one_write_wakes_only_its_user(inbox_cluster, client):
     host = await inbox_cluster()
-    service = host.sync_service()
+    service = host.sync
     users = [f"@u{i}:hs" for i in range(1000)]
     since = (await client(host, "alice-token").get("/sync")).json()["next_batch"]
     polls = [asyncio.ensure_future(service.sync(user, since, 20.0, api=host.api)) for user in users]

@@ -234,7 +234,7 @@ async def cluster(host_cluster: HostCluster) -> Cluster:
     main = await host_cluster("main")
     worker = await host_cluster("worker1")
     await host_cluster.following(worker, "events")
-    ids = main.sync_service().ids
+    ids = main.sync.ids
     main_id, worker_id = await ids.get_id("main"), await ids.get_id("worker1")
     clients = (host_cluster.client(main, "tok-alice"), host_cluster.client(worker, "tok-alice"))
     return Cluster((main, worker), clients, main_id, worker_id)
@@ -242,17 +242,17 @@ async def cluster(host_cluster: HostCluster) -> Cluster:
 
 def since_with(host: Host, **fields: str) -> str:
     """A ``since`` of ``host``'s layout: every field at the start but those given (by key name)."""
-    layout = host.sync_service().layout
+    layout = host.sync.layout
     return "_".join(fields.get(k.name, "s0" if k.kind is SyncKeyKind.ROOM else "0") for k in layout)
 
 
 def field_of(host: Host, name: str) -> str:
-    layout = host.sync_service().layout
+    layout = host.sync.layout
     return f"field {layout.index(name) + 1} ({name})"
 
 
 def int_key(host: Host) -> str:
-    return next(k.name for k in host.sync_service().layout if k.kind is SyncKeyKind.INT)
+    return next(k.name for k in host.sync.layout if k.kind is SyncKeyKind.INT)
 
 
 async def get(client: httpx.AsyncClient, path: str, **params: str) -> httpx.Response:
@@ -354,7 +354,7 @@ async def test_a_nul_in_since_is_a_400_naming_since_on_every_process(cluster):
 async def test_every_live_room_position_is_a_200_on_every_process(cluster):
     problems = []
     for host, client in cluster:
-        service = host.sync_service()
+        service = host.sync
         for room in good_room_fields(cluster.main_id, cluster.worker_id):
             since = since_with(host, room_key=room)
             response = await get(client, "/sync", since=since)

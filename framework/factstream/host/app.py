@@ -112,6 +112,8 @@ class Host:
         return self.parts.db
 
     def database(self) -> Database:
+        """The pool, as ``HostApi.database()`` names it: code that takes a host or the plugin API reads
+        the database the same way from either."""
         return self.parts.db
 
     @property
@@ -126,9 +128,6 @@ class Host:
     @property
     def sync(self) -> SyncService:
         """``/sync``: token layout, notifier and wake-ups."""
-        return self.parts.sync
-
-    def sync_service(self) -> SyncService:
         return self.parts.sync
 
     @property

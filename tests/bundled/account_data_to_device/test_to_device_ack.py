@@ -90,7 +90,7 @@ class Api:
 
     async def position(self, token: str) -> int:
         """The to-device position a token holds."""
-        value = (await self.host.sync_service().parse_token(token)).get("to_device_key")
+        value = (await self.host.sync.parse_token(token)).get("to_device_key")
         assert isinstance(value, int)
         return value
 
