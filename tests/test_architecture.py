@@ -649,6 +649,10 @@ HOOK_TESTS = {
         "tests/core/test_plugin_settings.py",
         "test_values_come_from_the_file_and_the_environment_overrides_them",
     ),
+    "register_requirements": (
+        "tests/core/test_plugin_requirements.py",
+        "test_a_required_plugin_s_hooks_run_first_and_its_shutdown_last",
+    ),
     "startup": ("tests/core/test_plugins.py", "test_startup_failure_names_the_plugin_and_shutdown_runs_all"),
     "shutdown": ("tests/core/test_plugins.py", "test_startup_failure_names_the_plugin_and_shutdown_runs_all"),
 }

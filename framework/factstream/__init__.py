@@ -24,6 +24,7 @@ from factstream.plugin.specs import (
     ExportSource,
     InvalidationSpec,
     MigrationSpec,
+    RequirementSpec,
     RouteSpec,
     SettingsSpec,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "PluginError",
     "RegisterRowsHandler",
     "RegisterStream",
+    "RequirementSpec",
     "RoomToken",
     "RouteSpec",
     "RowsHandler",

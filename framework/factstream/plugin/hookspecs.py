@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         ExportJobSpec,
         InvalidationSpec,
         MigrationSpec,
+        RequirementSpec,
         RouteSpec,
         SettingsSpec,
     )
@@ -285,6 +286,18 @@ def register_settings(register: Callable[[SettingsSpec], None]) -> None:
     (with their defaults) are the plugin's settings. The host validates the section when it starts; a
     bad value stops start-up with an error naming the plugin and the key. Read the values with
     ``host.plugin_settings(MySettings)``.
+    """
+
+
+@hookspec
+def register_requirements(register: Callable[[RequirementSpec], None]) -> None:
+    """Declare the plugins this plugin needs loaded beside it.
+
+    Call ``register(RequirementSpec(plugin="events", reason="typing notifications go to a room's joined
+    members"))`` once per plugin needed. It runs before the other registration hooks. A host that lacks
+    a required plugin refuses to start, naming both plugins, the reason and why the plugin is missing
+    (not installed, blocked, not selected); requirements that loop are refused too. Every hook of a
+    required plugin runs before the requiring plugin's (``shutdown`` in reverse: after it).
     """
 
 

@@ -38,7 +38,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, cast
 import pluggy
 
 from factstream.errors import PluginError
-from factstream.plugin import core, hookspecs
+from factstream.plugin import core, hookspecs, requirements
 from factstream.plugin.discovery import (
     CORE_PLUGIN,
     ENTRY_POINT_GROUP,
@@ -57,6 +57,7 @@ from factstream.plugin.specs import (
     ExportJobSpec,
     InvalidationSpec,
     MigrationSpec,
+    RequirementSpec,
     RouteSpec,
     SettingsSpec,
 )
@@ -163,6 +164,8 @@ class PluginHost:
         self._specs_added: set[str] = set()
         #: Whether every plugin's hooks are added and every implementation's name is checked.
         self._resolved = False
+        #: Each plugin's requirements (``register_requirements``), once collected and checked.
+        self._requirements: dict[str, list[RequirementSpec]] | None = None
         if trace:
             self.pm.trace.root.setwriter(lambda msg: trace_log.info("%s", msg.rstrip()))
             self.pm.enable_tracing()
@@ -185,6 +188,7 @@ class PluginHost:
         self.plugins[name] = info or PluginInfo(name, _module_name(plugin), None, None)
         self._registry = None
         self._resolved = False
+        self._requirements = None
         self._impl_cache.clear()
 
     def resolve_hooks(self) -> None:
@@ -467,13 +471,34 @@ class PluginHost:
 
     # -- internals ---------------------------------------------------------------------------------
 
+    @property
+    def requirements(self) -> requirements.Requirements:
+        """Each plugin's requirements (``register_requirements``), collected once and checked: a required
+        plugin that is not loaded, or requirements that loop, are a :class:`PluginError`."""
+        if self._requirements is None:
+            self.resolve_hooks()
+            collected: dict[str, list[RequirementSpec]] = {}
+            for plugin_name, function in self._ordered_impls(requirements.HOOK):
+                self._call(
+                    plugin_name, requirements.HOOK, function, register=requirements.binder(plugin_name, collected)
+                )
+            requirements.check(collected, self.plugins, self.left_out)
+            self._requirements = collected
+        return self._requirements
+
     def _impls(self, hook: str) -> list[tuple[str, Callable[..., Any]]]:
-        """A hook's implementations in call order, once every plugin's hooks are known (cached per hook)."""
+        """A hook's implementations in call order, once every plugin's hooks are known (cached per hook):
+        pluggy's order, with each plugin after the plugins it requires (``register_requirements``)."""
         cached = self._impl_cache.get(hook)
         if cached is not None:
             return cached
         self.resolve_hooks()
-        out = self._impl_cache[hook] = self._ordered_impls(hook)
+        out = self._ordered_impls(hook)
+        needs = self.requirements
+        if needs and hook != requirements.HOOK:
+            order = requirements.dependency_order([name for name, _ in out], needs)
+            out.sort(key=lambda impl: order.index(impl[0]))
+        self._impl_cache[hook] = out
         return out
 
     def _ordered_impls(self, hook: str) -> list[tuple[str, Callable[..., Any]]]:

@@ -299,3 +299,25 @@ class SettingsSpec:
     def __post_init__(self) -> None:
         if not (isinstance(self.model, type) and issubclass(self.model, BaseModel)):
             raise ValueError(f"settings model must be a pydantic BaseModel subclass, not {self.model!r}")
+
+
+@dataclass(frozen=True)
+class RequirementSpec:
+    """Another plugin this plugin needs loaded beside it: ``plugin``, its entry-point name (the name
+    ``factstream plugins`` lists), and ``reason``, what for, in a few words (shown to an operator whose
+    host lacks it: "typing notifications go to a room's joined members").
+
+    A host that lacks a required plugin (not installed, blocked, or not selected) refuses to start with
+    a message naming both plugins and the reason; the required plugin's hooks run before the requiring
+    plugin's (its ``startup`` first, its ``shutdown`` last), so the services it keeps are there when the
+    requiring plugin's ``startup`` asks for them (``host.state(...)``).
+    """
+
+    plugin: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.plugin, str) or not self.plugin or self.plugin != self.plugin.strip():
+            raise ValueError(f"a requirement names a plugin by its entry-point name, not {self.plugin!r}")
+        if not isinstance(self.reason, str) or not self.reason.strip():
+            raise ValueError(f"the requirement of plugin {self.plugin!r} needs a reason (what it is needed for)")
