@@ -149,3 +149,15 @@ def test_a_malformed_requirement_is_refused_naming_the_plugin(
     with pytest.raises(PluginError, match=message) as refused:
         _ = host.registry
     assert "needy" in str(refused.value)
+
+
+def test_factstream_plugins_lists_what_each_plugin_needs(
+    plugin_installer: PluginInstaller, cli: Callable[..., CompletedProcess[str]]
+) -> None:
+    install(plugin_installer, "base")
+    install(plugin_installer, "needy", ("base", "its rows go to base's rooms"))
+    done = cli("plugins")
+    assert done.returncode == 0, done.stderr
+    rows = {line.split("│")[1].strip(): line for line in done.stdout.splitlines() if line.count("│") > 2}
+    assert rows["needy"].rstrip(" │").endswith("base"), rows["needy"]
+    assert rows["base"].rstrip(" │").endswith("-"), rows["base"]

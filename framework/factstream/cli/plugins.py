@@ -9,7 +9,7 @@ from factstream.cli.session import out
 
 
 def plugins_command() -> None:
-    """List the loaded plugins: version, streams, migration branch.
+    """List the loaded plugins: version, streams, migration branch, the plugins each needs.
 
     FACTSTREAM_LOAD_PLUGINS=a,b loads only those; FACTSTREAM_BLOCK_PLUGINS=a hides one.
     """
@@ -24,6 +24,8 @@ def plugins_command() -> None:
     table.add_column("module", overflow="fold")
     table.add_column("streams", overflow="fold")
     table.add_column("migration branch", no_wrap=True, min_width=max(map(len, ["branch", *host.plugins])))
+    table.add_column("needs", overflow="fold")
+    needs = host.requirements
     for name, info in host.plugins.items():
         what = host.registered_by(name)
         branch = name if name in registry.migrations else "-"
@@ -33,5 +35,6 @@ def plugins_command() -> None:
             info.module,
             ", ".join(what["streams"]) or "-",
             branch,
+            ", ".join(spec.plugin for spec in needs.get(name, ())) or "-",
         )
     out.print(table)
