@@ -140,7 +140,9 @@ class StreamSpec(AnyStreamSpec, Generic[RowT]):
     * ``sync_section``: the top-level key of the ``/sync`` body that this stream's ``sync_rows`` fills
       (``"rooms"`` for room events). Its ``sync_rows`` then returns a mapping, not a list: the
       section itself (an empty mapping: nothing new), covering the whole range it was given. Without
-      it, the items go under ``streams.<name>``.
+      it, the items go under ``streams.<name>``. Streams may share a section: their parts are merged
+      (``factstream.sync.sections``), so a plugin adds ``rooms.join.<room>.ephemeral`` to the events
+      plugin's rooms without either knowing of the other.
     * ``room_tokens``: the stream's token field is a room token (``s<pos>``, ``t<topo>-<pos>`` or
       ``m…``), so that the position in ``next_batch`` reads as the same tokens that page a room.
     """

@@ -53,6 +53,7 @@ from factstream.sync import (
     sync_keys_for_streams,
 )
 from factstream.sync.readers import SyncItems, default_reader
+from factstream.sync.sections import SectionParts
 from factstream.sync.wakeups import SyncedStream, WakeRouter, wake_function
 
 if TYPE_CHECKING:
@@ -299,7 +300,7 @@ class SyncService:
     ) -> SyncBatch:
         """The user's items in ``(max(prev, since), current]``, per stream (the notifier's callback)."""
         streams: dict[str, list[Any]] = {}
-        sections: dict[str, Mapping[str, Any]] = {}
+        sections = SectionParts()
         limited: dict[str, TokenValue] = {}
         limit = self.config.sync_limit
         for synced in self.synced:
@@ -318,7 +319,7 @@ class SyncService:
                 if not isinstance(found, Mapping):
                     raise TypeError(f"stream {synced.name}: sync_rows must return a mapping (its sync_section)")
                 if found:
-                    sections[section] = found
+                    sections.add(section, synced.name, found)
                 continue
             items = list(found)
             if not items:
@@ -327,7 +328,7 @@ class SyncService:
             positions = self._limited_positions(synced, low, upto, items, limit)
             if positions is not None:
                 limited[key] = _value_at(self.layout.key(key), positions)
-        return SyncBatch(streams, current, limited, sections)
+        return SyncBatch(streams, current, limited, sections.sections)
 
     def _writers(self, synced: SyncedStream, *values: TokenValue) -> list[str]:
         names = set(synced.stream.id_gen.get_positions())
