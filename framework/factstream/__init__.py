@@ -13,7 +13,8 @@ from factstream.db.metadata import metadata
 from factstream.errors import ConfigError, DatabaseError, FactstreamError, MigrationError, PluginError
 from factstream.idgen.errors import IdGeneratorError
 from factstream.migration_ops import create_stream_sequence, drop_stream_sequence
-from factstream.plugin.api import Caches, HostApi, StreamWriter
+from factstream.plugin.api import Caches, HostApi, Keeper, KeptStreamWriter, StreamWriter
+from factstream.plugin.commands import CommandHandlerSpec, RegisterCommandHandler
 from factstream.plugin.hookspecs import hookimpl, hookspec
 from factstream.plugin.specs import (
     CURRENT_STATE_CACHE_NAME,
@@ -47,6 +48,7 @@ from factstream.plugin.web import (
     read_body,
     require_writer,
 )
+from factstream.replication.wire import ClearUserSyncCommand, FederationAckCommand, UserSyncCommand
 from factstream.room_token import MAX_ROOM_TOKEN_LENGTH, MAX_WRITERS, RoomToken, TokenError
 
 __all__ = [
@@ -56,6 +58,8 @@ __all__ = [
     "BadKey",
     "CacheSpec",
     "Caches",
+    "ClearUserSyncCommand",
+    "CommandHandlerSpec",
     "CommandSpec",
     "ConfigError",
     "Database",
@@ -64,15 +68,19 @@ __all__ = [
     "ExportJobSpec",
     "ExportSource",
     "FactstreamError",
+    "FederationAckCommand",
     "HostApi",
     "HostSettings",
     "HttpError",
     "IdGeneratorError",
     "InvalidationSpec",
+    "Keeper",
+    "KeptStreamWriter",
     "LruCache",
     "MigrationError",
     "MigrationSpec",
     "PluginError",
+    "RegisterCommandHandler",
     "RegisterRowsHandler",
     "RegisterStream",
     "RequirementSpec",
@@ -87,6 +95,7 @@ __all__ = [
     "SyncRequest",
     "TokenError",
     "Transaction",
+    "UserSyncCommand",
     "Wake",
     "cached",
     "cached_specs",

@@ -36,7 +36,7 @@ from factstream.export.runs import ExportRunsMonitor
 from factstream.host import health, request_metrics
 from factstream.host.auth import TokenAuthenticator
 from factstream.host.facade import HostFacade
-from factstream.host.parts import HostParts, compose
+from factstream.host.parts import HostParts, compose, link_transport
 from factstream.host.pipeline import LocalRows
 from factstream.host.recent import RecentProblems
 from factstream.host.server import HttpServer
@@ -156,12 +156,15 @@ class Host:
         return self.parts.export_runs
 
     def id_generator(self, stream: str) -> MultiWriterIdGenerator:
-        """The ID generator of a registered stream."""
+        """The ID generator of a registered stream (one backed by a table: a kept stream has none)."""
         streams = self.parts.streams
         try:
-            return streams[stream].id_gen
+            gen = streams[stream].id_gen
         except KeyError:
             raise FactstreamError(f"unknown stream {stream!r} (streams: {', '.join(streams)})") from None
+        if not isinstance(gen, MultiWriterIdGenerator):
+            raise FactstreamError(f"stream {stream!r} is kept by its writer: it has no ID generator")
+        return gen
 
     async def wait_for_stream_position(self, instance: str, stream: str, position: int, timeout: float = 5.0) -> bool:
         return await self.parts.wait_for_stream_position(instance, stream, position, timeout)
@@ -242,8 +245,8 @@ class Host:
         if parts.transport is not None:
             await self.disconnect_replication()
         transport = make_transport(self.settings, parts.handler)
-        transport.on_connected = parts.streamer.announce
-        transport.on_gap = parts.streamer.mark_gap
+        assert parts.handler.commands is not None  # compose sets it
+        link_transport(transport, parts.streamer, parts.handler.commands)
         parts.streamer.attach(transport)
         parts.transport = transport
         await transport.start()

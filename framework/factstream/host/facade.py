@@ -21,10 +21,13 @@ from factstream.config import ENV_PREFIX, HostSettings, Settings
 from factstream.db.database import Database, Transaction
 from factstream.errors import ConfigError, FactstreamError
 from factstream.host.pipeline import LocalRows
-from factstream.idgen.generator import IdGeneratorError
-from factstream.plugin.api import HostApi, StreamWriter
+from factstream.idgen.generator import IdGeneratorError, MultiWriterIdGenerator
+from factstream.idgen.kept import KeptPositions
+from factstream.plugin.api import HostApi, Keeper, KeptStreamWriter, StreamWriter
 from factstream.plugin.manager import PluginHost
 from factstream.plugin.registry import Registry
+from factstream.replication import wire
+from factstream.replication.commands import CommandRouter
 from factstream.replication.handler import ReplicationHandler
 from factstream.replication.stream import ReplicatedStream
 from factstream.sync.instance_ids import DatabaseInstanceIds
@@ -79,10 +82,53 @@ def _describe(plugin: str, exc: ValidationError) -> str:
     return f"invalid settings of plugin {plugin!r}: " + "; ".join(problems)
 
 
+class KeptWriter(KeptStreamWriter[RowT]):
+    """A kept stream's writer in this process (see :class:`~factstream.KeptStreamWriter`)."""
+
+    def __init__(self, stream: ReplicatedStream, sink: LocalRows) -> None:
+        assert isinstance(stream.id_gen, KeptPositions) and stream.kept is not None
+        self._stream = stream
+        self._gen = stream.id_gen
+        self._sink = sink
+        self._row_type = stream.spec.row_type
+
+    @property
+    def name(self) -> str:
+        return self._stream.name
+
+    @property
+    def is_writer(self) -> bool:
+        return self._gen.is_writer
+
+    @property
+    def epoch(self) -> int:
+        return self._gen.epoch
+
+    def current_token(self) -> int:
+        return self._gen.get_current_token_for_writer(self._gen.instance_name)
+
+    def write(self, rows: Sequence[RowT]) -> int:
+        if not rows:
+            raise IdGeneratorError(f"stream {self.name!r}: a change needs at least one row")
+        for row in rows:
+            if type(row) is not self._row_type:
+                raise TypeError(f"stream {self.name!r} takes {self._row_type.__name__} rows, not {row!r}")
+        position = self.current_token() + 1
+        if self._gen.is_writer:
+            # Pending before the position moves (as a table writer's rows are before their commit
+            # completes): the pipeline delivers them once the position passes them.
+            self._sink.completed(self.name, [position] * len(rows), list(rows), True)
+        return self._gen.next()
+
+
 class TableStreamWriter(StreamWriter[RowT]):
     """A stream's writer in this process (see :class:`~factstream.StreamWriter`)."""
 
     def __init__(self, stream: ReplicatedStream, sink: LocalRows) -> None:
+        if not isinstance(stream.id_gen, MultiWriterIdGenerator):
+            raise FactstreamError(
+                f"stream {stream.name!r} is kept by its writer (kept=True): write it with host.kept_stream"
+            )
         self._stream = stream
         self._gen = stream.id_gen
         self._sink = sink
@@ -196,6 +242,7 @@ class HostFacade(HostApi):
         local_rows: LocalRows,
         handler: ReplicationHandler,
         plugin_settings: Mapping[type[BaseModel], BaseModel],
+        commands: CommandRouter,
     ) -> None:
         self._config = settings
         self._plugins = plugins
@@ -205,10 +252,12 @@ class HostFacade(HostApi):
         #: Where the stream writers hand their committed rows (the reader pipeline's local side).
         self._local_rows = local_rows
         self._handler = handler
+        self._commands = commands
         self._plugin_settings = dict(plugin_settings)
         self._settings = HostSettings(settings)
         self._state: dict[object, object] = {}
         self._writers: dict[str, TableStreamWriter[Any]] = {}
+        self._kept: dict[str, KeptWriter[Any]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         #: Instance name <-> token ID (``instance_map``), cached: an ID never changes.
         self._instance_ids = DatabaseInstanceIds(db)
@@ -249,6 +298,26 @@ class HostFacade(HostApi):
         actual = writer._stream.spec.row_type
         if actual is not row_type:
             raise FactstreamError(f"stream {name!r} has row type {actual.__name__}, not {row_type.__name__}")
+        return writer
+
+    def send_command(self, command: wire.Command) -> None:
+        self._commands.send(command)
+
+    def kept_stream(
+        self, name: str, row_type: type[RowT], keeper: Keeper[RowT] | None = None
+    ) -> KeptStreamWriter[RowT]:
+        stream = self._replicated(name)
+        if stream.kept is None:
+            raise FactstreamError(f"stream {name!r} has tables: write it with host.stream, not host.kept_stream")
+        if stream.spec.row_type is not row_type:
+            raise FactstreamError(
+                f"stream {name!r} has row type {stream.spec.row_type.__name__}, not {row_type.__name__}"
+            )
+        writer = self._kept.get(name)
+        if writer is None:
+            writer = self._kept[name] = KeptWriter(stream, self._local_rows)
+        if keeper is not None and stream.kept.keeper is None:
+            stream.kept.keeper = keeper
         return writer
 
     async def wait_for_stream_position(self, instance: str, stream: str, position: int, timeout: float = 5.0) -> bool:

@@ -33,6 +33,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from factstream import metrics
+from factstream.idgen.generator import MultiWriterIdGenerator
 
 if TYPE_CHECKING:
     from factstream.host.parts import HostParts
@@ -80,8 +81,8 @@ class _StallWatch:
         reasons = []
         for name, stream in host.streams.items():
             gen = stream.id_gen
-            if not gen.is_writer:
-                continue
+            if not isinstance(gen, MultiWriterIdGenerator) or not gen.is_writer:
+                continue  # a kept stream's writer completes every position as it takes it
             unfinished = gen.tracker.unfinished
             if not unfinished:
                 self.seen.pop(name, None)

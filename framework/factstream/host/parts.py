@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from factstream.caches.invalidate import CACHES_STREAM
 from factstream.caches.registry import CacheRegistry
@@ -34,13 +36,21 @@ from factstream.host.facade import HostFacade, load_plugin_settings
 from factstream.host.pipeline import LocalRows, ReaderPipeline
 from factstream.host.recent import RecentProblems
 from factstream.idgen.generator import MultiWriterIdGenerator
-from factstream.idgen.leases import WriterLeases
+from factstream.idgen.kept import KeptPositions
+from factstream.idgen.leases import LeaseHeldError, WriterLeases
 from factstream.plugin.manager import PluginHost
+from factstream.plugin.registry import Registry
+from factstream.plugin.streams import StreamSpec
+from factstream.replication.auth import ReplicationSecret
+from factstream.replication.commands import INSTANCE_LEASE, CommandRouter
 from factstream.replication.handler import ReplicationHandler
+from factstream.replication.kept import KeptSource
 from factstream.replication.stream import ReplicatedStream
 from factstream.replication.streamer import ReplicationStreamer
 from factstream.replication.transport import Transport, make_transport
 from factstream.sync.service import SyncService
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -127,6 +137,9 @@ async def compose(
         leases = WriterLeases(db)
         opened.push_async_callback(leases.close)
         for reg in registry.streams:
+            if reg.spec.kept:
+                streams[reg.spec.name] = _kept_stream(reg.spec, settings, db)
+                continue
             gen = MultiWriterIdGenerator.from_spec(db, reg.spec, settings, leases=leases)
             opened.push_async_callback(gen.close)
             await gen.start()
@@ -134,7 +147,7 @@ async def compose(
         caches = CacheRegistry.from_registry(registry, instance_name=instance)
         opened.callback(caches.close)
         caches_stream = streams.get(CACHES_STREAM)
-        if caches_stream is not None:
+        if caches_stream is not None and isinstance(caches_stream.id_gen, MultiWriterIdGenerator):
             caches.attach_stream(caches_stream.spec, caches_stream.id_gen)
         sync = await SyncService.create(settings, plugins, db, streams)
         opened.push_async_callback(sync.close)
@@ -145,8 +158,13 @@ async def compose(
             instance, streams.values(), sink=pipeline, max_backlog=settings.replication.max_backlog
         )
         opened.push_async_callback(handler.close)
-        api = HostFacade(settings, plugins, db, streams, caches, local_rows, handler, plugin_settings)
+        commands = await _command_router(settings, registry, leases)
+        opened.push_async_callback(commands.close)
+        handler.commands = commands
+        api = HostFacade(settings, plugins, db, streams, caches, local_rows, handler, plugin_settings, commands)
+        commands.host = api
         pipeline.add_handlers(plugins.rows_handlers(api))
+        pipeline.attach_resets(streams.values(), plugins.reset_handlers(api))
         # the transport last: nothing after it can fail, and HostParts.close closes the one in use then
         # (Host.reconnect_replication replaces it)
         transport = make_transport(settings, handler)
@@ -158,8 +176,7 @@ async def compose(
             linger_rows=settings.replication.linger_rows,
         )
         handler.on_replicate = lambda _conn: streamer.announce()
-        transport.on_connected = streamer.announce
-        transport.on_gap = streamer.mark_gap
+        link_transport(transport, streamer, commands)
         closing = opened.pop_all()  # built: HostParts.close closes them from now on
     return HostParts(
         settings=settings,
@@ -179,6 +196,62 @@ async def compose(
         recent=recent,
         closing=closing,
     )
+
+
+def link_transport(transport: Transport, streamer: ReplicationStreamer, commands: CommandRouter) -> None:
+    """What a (new) transport calls: on connecting, the streamer announces and the plugins' commands are
+    sent again; after a gap, the streamer's positions."""
+
+    def connected() -> None:
+        streamer.announce()
+        commands.connected()
+
+    transport.on_connected = connected
+    transport.on_gap = streamer.mark_gap
+    commands.outlet = transport
+
+
+async def _command_router(settings: Settings, registry: Registry, leases: WriterLeases) -> CommandRouter:
+    """The plugins' command handlers; with any, this host holds its instance lease (whose end tells the
+    handlers' instances that it is gone: ``factstream.plugin.commands``)."""
+
+    def writers_of(stream: str) -> list[str]:
+        return settings.writers_for(stream) if registry.streams.get(stream).writers == "configured" else []
+
+    router = CommandRouter(
+        settings.instance_name,
+        registry.command_handlers,
+        writers_of=writers_of,
+        leases=leases,
+        tcp_main=None if settings.redis.url else settings.main_instance,
+    )
+    if router:
+        try:
+            await leases.claim(INSTANCE_LEASE, settings.instance_name)
+        except LeaseHeldError as exc:
+            log.warning("another process runs as %s: %s", settings.instance_name, exc)
+    return router
+
+
+def _kept_stream(spec: StreamSpec[Any], settings: Settings, db: Database) -> ReplicatedStream:
+    """A kept stream's replication state: positions in memory, updates from its keeper or its writer."""
+    writers = settings.writers_for(spec.name) if spec.writers == "configured" else []
+    positions = KeptPositions(stream_name=spec.name, writers=writers, instance_name=settings.instance_name)
+
+    def url_of(instance: str) -> tuple[str, int] | None:
+        endpoint = settings.instance_map.get(instance)
+        if endpoint is None or not endpoint.http_port:
+            return None
+        return endpoint.host, endpoint.http_port
+
+    source = KeptSource(
+        spec.name,
+        settings.instance_name,
+        epoch=positions.epoch,
+        url_of=url_of,
+        secret=ReplicationSecret.from_settings(settings),
+    )
+    return ReplicatedStream(spec, positions, db, kept=source)
 
 
 def _persisted(streams: dict[str, ReplicatedStream], stream: str) -> int | None:

@@ -18,6 +18,8 @@ from factstream.host.health import check_health
 from factstream.host.http import CORE, ApiRoute
 from factstream.plugin.specs import RouteSpec
 from factstream.plugin.web import HttpError
+from factstream.replication.auth import ReplicationSecret
+from factstream.replication.kept import KEPT_UPDATES_PATH, MAX_KEPT_LIMIT, SIGNATURE_HEADER
 
 if TYPE_CHECKING:
     from factstream.host.parts import HostParts
@@ -150,6 +152,48 @@ async def metrics(request: Request, api: HostApi) -> Response:
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
+def _whole(query: Any, name: str, low: int, high: int) -> int:
+    text = query.get(name, "")
+    if not text.isascii() or not text.isdigit() or len(text) > 19 or not low <= int(text) <= high:
+        raise HttpError(
+            400, "M_INVALID_PARAM", f"{name} must be a whole number from {low} to {high}, not {text[:40]!r}"
+        )
+    return int(text)
+
+
+async def kept_updates(request: Request, api: HostApi) -> Any:
+    """A kept stream's facts this instance writes, for a reader catching up (factstream.replication.kept).
+
+    ``from`` (exclusive), ``upto`` (inclusive, capped at this writer's position) and ``limit`` (at
+    most 10,000). The answer: ``{"epoch", "updates": [[position, row], ...], "upto", "limited"}``.
+    With ``replication.secret`` the request must be signed (``X-Factstream-Replication``).
+    """
+    host = _host(request)
+    name = request.path_params["stream"]
+    stream = host.streams.get(name)
+    if stream is None or stream.kept is None or not stream.id_gen.is_writer:
+        raise HttpError(404, "M_NOT_FOUND", f"this instance writes no kept stream named {name[:80]!r}")
+    secret = ReplicationSecret.from_settings(host.settings)
+    if secret is not None:
+        target = request.scope["path"] + "?" + request.scope["query_string"].decode("latin-1")
+        if secret.check_request(request.headers.get(SIGNATURE_HEADER, ""), target) is None:
+            raise HttpError(
+                403, "M_FORBIDDEN", "a kept stream's updates are for instances that know replication.secret"
+            )
+    query = request.query_params
+    limit = _whole(query, "limit", 1, MAX_KEPT_LIMIT)
+    low = _whole(query, "from", 0, 2**63 - 1)
+    high = min(_whole(query, "upto", low, 2**63 - 1), stream.current_token(host.instance_name))
+    updates, upto, limited = await stream.kept.local(low, max(low, high), limit)
+    encode = stream.encode_row
+    return {
+        "epoch": stream.kept.epoch,
+        "updates": [[position, encode(row)] for position, row in updates],
+        "upto": upto,
+        "limited": limited,
+    }
+
+
 async def openapi(request: Request, api: HostApi) -> Any:
     """This API's OpenAPI 3.1 schema: the core routes and every plugin's."""
     return request.app.state.openapi
@@ -204,6 +248,19 @@ def core_routes() -> list[ApiRoute]:
             responses={"503": {"description": "degraded: the body's reasons say why"}},
         ),
         ApiRoute(RouteSpec("/metrics", metrics, name="metrics", access="public"), CORE),
+        ApiRoute(
+            RouteSpec(KEPT_UPDATES_PATH, kept_updates, name="kept_updates", access="public"),
+            CORE,
+            parameters=(
+                param("from", {"type": "integer", "minimum": 0}, "the reader's position (exclusive)"),
+                param("upto", {"type": "integer", "minimum": 0}, "the last position wanted (inclusive)"),
+                param("limit", {"type": "integer", "minimum": 1, "maximum": MAX_KEPT_LIMIT}, "most updates"),
+            ),
+            responses={
+                "403": {"description": "replication.secret is set and the request is not signed with it"},
+                "404": {"description": "this instance writes no kept stream of that name"},
+            },
+        ),
         ApiRoute(RouteSpec("/openapi.json", openapi, name="openapi", access="public"), CORE),
         *dashboard_routes(),
     ]

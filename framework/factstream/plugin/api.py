@@ -32,8 +32,8 @@ What a plugin gets, and the rules it can rely on:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, ParamSpec, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 import msgspec
 from pydantic import BaseModel
@@ -42,6 +42,9 @@ from factstream.caches.lru import LruCache
 from factstream.config import HostSettings
 from factstream.db.database import Database, Transaction
 
+if TYPE_CHECKING:
+    from factstream.replication import wire
+
 RowT = TypeVar("RowT", bound=msgspec.Struct)
 #: A writer takes rows of its type (and nothing else): contravariant in it.
 RowT_contra = TypeVar("RowT_contra", bound=msgspec.Struct, contravariant=True)
@@ -49,6 +52,11 @@ T = TypeVar("T")
 P = ParamSpec("P")
 R = TypeVar("R")
 ModelT = TypeVar("ModelT", bound=BaseModel)
+
+#: What a kept stream's keeper answers: ``(updates as (position, row) pairs, upto, limited)``.
+KeptUpdates = tuple[list[tuple[int, RowT]], int, bool]
+#: A kept stream's keeper: ``(from exclusive, upto inclusive, limit) -> KeptUpdates``, sync or async.
+Keeper = Callable[[int, int, int], Awaitable[KeptUpdates[RowT]] | KeptUpdates[RowT]]
 
 
 class Caches(Protocol):
@@ -170,6 +178,46 @@ class StreamWriter(Protocol[RowT_contra]):
         ...
 
 
+class KeptStreamWriter(Protocol[RowT_contra]):
+    """Writes a kept stream's facts (``host.kept_stream(name, RowType, keeper)``): no table, no transaction.
+
+    The plugin keeps its facts itself (in memory, say) and tells the host of each change with
+    :meth:`write`, which moves this writer's position one on: the rows go to this process's rows
+    handlers and long polls, and to every other process over replication. The keeper it gave reads
+    them back for the streamer and for readers catching up (see docs/writing-plugins.md, "Streams
+    without a table").
+    """
+
+    @property
+    def name(self) -> str:
+        """The stream's name."""
+        ...
+
+    @property
+    def is_writer(self) -> bool:
+        """Whether this instance writes the stream (only then may it :meth:`write`)."""
+        ...
+
+    @property
+    def epoch(self) -> int:
+        """Where this writer's run started: every position it hands out is above it, and every position
+        of an earlier run is at or below it (0 on an instance that does not write the stream)."""
+        ...
+
+    def current_token(self) -> int:
+        """This writer's position: the position of its last :meth:`write` (the epoch before any)."""
+        ...
+
+    def write(self, rows: Sequence[RowT_contra]) -> int:
+        """Record one change, made of ``rows`` (at least one), at the next position; returns it.
+
+        Call it after the plugin's own state holds the change, so that the keeper, asked from then
+        on, answers it. Raises :class:`~factstream.IdGeneratorError` on an instance that does not
+        write the stream.
+        """
+        ...
+
+
 class HostApi(Protocol):
     """A running host, as every hook, route handler and ``SyncRequest`` sees it (module docstring)."""
 
@@ -203,6 +251,27 @@ class HostApi(Protocol):
 
     def stream(self, name: str, row_type: type[RowT]) -> StreamWriter[RowT]:
         """The writer of stream ``name``, whose row type must be ``row_type`` (checked)."""
+        ...
+
+    def kept_stream(
+        self, name: str, row_type: type[RowT], keeper: Keeper[RowT] | None = None
+    ) -> KeptStreamWriter[RowT]:
+        """The writer of kept stream ``name`` (``StreamSpec(kept=True)``), whose row type must be ``row_type``.
+
+        ``keeper`` (on the writer; ignored elsewhere) is ``(from, upto, limit) -> (updates, upto,
+        limited)``, sync or async: the facts the plugin holds with positions in ``(from, upto]``, as
+        ``(position, row)`` pairs in position order, at most about ``limit`` of them (never splitting
+        one position's rows), ``upto`` the last position covered and ``limited`` whether more remain.
+        Asked from below :attr:`KeptStreamWriter.epoch` it answers everything it holds. The first
+        call with a keeper sets it; the plugin usually makes it in ``startup``.
+        """
+        ...
+
+    def send_command(self, command: wire.Command) -> None:
+        """Send a replication command some plugin handles (``register_command_handlers``): handled here
+        if this instance writes the handler's stream, sent to the instances that do. Raises
+        :class:`~factstream.FactstreamError` for a command no plugin handles or one that speaks for another
+        instance (see ``factstream.plugin.commands``)."""
         ...
 
     async def wait_for_stream_position(self, instance: str, stream: str, position: int, timeout: float = 5.0) -> bool:

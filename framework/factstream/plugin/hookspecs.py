@@ -32,6 +32,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from factstream.plugin.api import HostApi
+    from factstream.plugin.commands import RegisterCommandHandler
     from factstream.plugin.specs import (
         CacheSpec,
         CommandSpec,
@@ -286,6 +287,20 @@ def register_settings(register: Callable[[SettingsSpec], None]) -> None:
     (with their defaults) are the plugin's settings. The host validates the section when it starts; a
     bad value stops start-up with an error naming the plugin and the key. Read the values with
     ``host.plugin_settings(MySettings)``.
+    """
+
+
+@hookspec
+def register_command_handlers(register: RegisterCommandHandler) -> None:
+    """Handle replication commands of the reference's protocol on the writers of a stream.
+
+    Call ``register(CommandHandlerSpec(command=UserSyncCommand, stream="presence", handler=fn,
+    forget=gone, resend=again))``: ``fn(host, sender, command)`` runs on the writers of ``stream`` for
+    every such command, in arrival order; ``gone(host, instance)`` once an instance whose commands
+    were handled is gone (its TCP link closed, or its process ended); ``again(host)`` gives the commands
+    to send again whenever this process's replication link (re)connects. Send with
+    ``host.send_command(command)``. One plugin handles each command; see ``factstream.plugin.commands``
+    and docs/writing-plugins.md, "Commands a plugin handles".
     """
 
 

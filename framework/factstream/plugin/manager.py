@@ -39,6 +39,7 @@ import pluggy
 
 from factstream.errors import PluginError
 from factstream.plugin import core, hookspecs, requirements
+from factstream.plugin.commands import CommandHandlerSpec
 from factstream.plugin.discovery import (
     CORE_PLUGIN,
     ENTRY_POINT_GROUP,
@@ -50,7 +51,7 @@ from factstream.plugin.discovery import (
     installed_plugin_names,
 )
 from factstream.plugin.registry import Registry
-from factstream.plugin.rows import StreamHandlers, bind_handlers
+from factstream.plugin.rows import Reset, StreamHandlers, bind_handlers, bind_resets
 from factstream.plugin.specs import (
     CacheSpec,
     CommandSpec,
@@ -124,6 +125,7 @@ REGISTRATIONS: tuple[Registration[Any], ...] = (
     Registration("register_export_jobs", ExportJobSpec, Registry.add_export_job),
     Registration("register_routes", RouteSpec, Registry.add_route),
     Registration("register_commands", CommandSpec, Registry.add_command),
+    Registration("register_command_handlers", CommandHandlerSpec, Registry.add_command_handler),
     Registration("register_settings", SettingsSpec, Registry.add_settings),
 )
 REGISTRATION_HOOKS = tuple(r.hook for r in REGISTRATIONS)
@@ -264,6 +266,10 @@ class PluginHost:
         tracing on, every call is logged.
         """
         return bind_handlers(host, self.registry.rows_handlers, trace=self.trace)
+
+    def reset_handlers(self, host: object) -> dict[str, list[tuple[str, Reset]]]:
+        """Per kept stream, the rows handlers' ``reset`` bound to ``host``, in the rows handlers' order."""
+        return bind_resets(host, self.registry.rows_handlers)
 
     async def shutdown(self, host: object) -> list[PluginError]:
         """Run every ``shutdown(host)`` in reverse order; failures are collected, not raised."""

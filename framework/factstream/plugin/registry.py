@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from factstream.errors import PluginError
+from factstream.plugin.commands import CommandHandlerSpec
 from factstream.plugin.specs import (
     CacheSpec,
     CommandSpec,
@@ -90,6 +91,8 @@ class Registry:
         self.export_jobs: _Table[ExportJobSpec] = _Table("export job", lambda s: s.name)
         self.routes: _Table[RouteSpec] = _Table("route", lambda s: ",".join(s.methods) + " " + s.path)
         self.commands: _Table[CommandSpec] = _Table("command", lambda s: s.name)
+        #: Replication commands the plugins handle, by wire name (one plugin each).
+        self.command_handlers: _Table[CommandHandlerSpec[Any]] = _Table("handler of command", lambda s: s.name)
         #: Keyed by plugin name: the ``plugins.<name>`` section each plugin's model validates.
         self.settings: _Table[SettingsSpec] = _Table("settings", lambda s: "")
         self._finished = False
@@ -137,6 +140,10 @@ class Registry:
         self._open(plugin, spec)
         self.commands.add(plugin, spec)
 
+    def add_command_handler(self, plugin: str, spec: CommandHandlerSpec[Any]) -> None:
+        self._open(plugin, spec)
+        self.command_handlers.add(plugin, spec)
+
     def add_settings(self, plugin: str, spec: SettingsSpec) -> None:
         self._open(plugin, spec)
         if plugin in self.settings:
@@ -156,7 +163,7 @@ class Registry:
         sync_keys: dict[str, str] = {}
         for reg in self.streams:
             s = reg.spec
-            other = sequences.setdefault(s.sequence, s.name)
+            other = s.name if s.kept else sequences.setdefault(s.sequence, s.name)
             if other != s.name:
                 problems.append(
                     f"streams {other!r} (plugin {self.streams.owner(other)!r}) and {s.name!r} "
@@ -184,10 +191,22 @@ class Registry:
                     f"{stream.row_type.__name__}, but plugin {self.streams.owner(stream.name)!r} registered it "
                     f"with row type {registered.__name__}"
                 )
+        for handled in self.command_handlers:
+            command = handled.spec
+            if command.stream not in self.streams:
+                problems.append(
+                    f"plugin {handled.plugin!r} handles {command.name} on the writers of unknown stream "
+                    f"{command.stream!r}"
+                )
         for job in self.export_jobs:
             if job.spec.stream not in self.streams:
                 problems.append(
                     f"plugin {job.plugin!r}: export job {job.spec.name!r} reads unknown stream {job.spec.stream!r}"
+                )
+            elif self.streams.get(job.spec.stream).kept:
+                problems.append(
+                    f"plugin {job.plugin!r}: export job {job.spec.name!r} reads stream {job.spec.stream!r}, whose "
+                    "writer keeps its facts (kept=True): there is no table to export"
                 )
         if problems:
             raise PluginError("invalid plugin registrations:\n  - " + "\n  - ".join(problems))

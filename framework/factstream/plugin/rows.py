@@ -152,6 +152,23 @@ def bind_handlers(
     return {stream: StreamHandlers(host, stream, pairs) for stream, pairs in by_stream.items()}
 
 
+#: A bound reset: ``(writer, epoch) -> None or an awaitable`` (``RowsHandlerSpec.reset``).
+Reset = Callable[[str, int], Any]
+
+
+def bind_resets(
+    host: object, handlers: Iterable[Registered[RowsHandlerSpec[Any]]]
+) -> dict[str, list[tuple[str, Reset]]]:
+    """Per kept stream, the ``reset`` of each rows handler that has one, bound to ``host``, in order."""
+    by_stream: dict[str, list[tuple[str, Reset]]] = {}
+    for reg in handlers:
+        reset = reg.spec.reset
+        if reset is not None:
+            bound: Reset = lambda writer, epoch, reset=reset: reset(host, writer, epoch)  # type: ignore[misc]  # noqa: E731
+            by_stream.setdefault(reg.spec.stream.name, []).append((reg.plugin, bound))
+    return by_stream
+
+
 def _traced(plugin: str, stream: str, handler: Handler) -> Handler:
     def call(host: object, instance: str, token: int, rows: list[Any], local: bool) -> Any:
         trace_log.info(

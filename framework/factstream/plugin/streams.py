@@ -145,6 +145,11 @@ class StreamSpec(AnyStreamSpec, Generic[RowT]):
       plugin's rooms without either knowing of the other.
     * ``room_tokens``: the stream's token field is a room token (``s<pos>``, ``t<topo>-<pos>`` or
       ``m…``), so that the position in ``next_batch`` reads as the same tokens that page a room.
+    * ``kept``: the stream has no table: its writer keeps the facts (in memory or wherever it likes) and
+      hands the host a keeper that reads them (``host.kept_stream``); ``tables`` is then empty, there
+      is no sequence, no export and no default ``/sync`` reader (give ``sync_rows``), and a position
+      is the writer's count from the start of its run (docs/writing-plugins.md, "Streams without a
+      table").
     """
 
     name: str
@@ -162,14 +167,20 @@ class StreamSpec(AnyStreamSpec, Generic[RowT]):
     sync_rows: SyncRowsFunction | None = None
     sync_section: str | None = None
     room_tokens: bool = False
+    kept: bool = False
 
     def __post_init__(self) -> None:
         check_name("stream", self.name)
         if not (isinstance(self.row_type, type) and issubclass(self.row_type, msgspec.Struct)):
             raise ValueError(f"stream {self.name!r}: row_type must be a msgspec.Struct subclass, not {self.row_type!r}")
         tables = tuple(self.tables)
-        if not tables or not all(isinstance(t, StreamTable) for t in tables):
-            raise ValueError(f"stream {self.name!r}: tables must be a non-empty sequence of StreamTable")
+        if self.kept:
+            self._check_kept(tables)
+        elif not tables or not all(isinstance(t, StreamTable) for t in tables):
+            raise ValueError(
+                f"stream {self.name!r}: tables must be a non-empty sequence of StreamTable "
+                "(a stream whose writer keeps its facts says kept=True)"
+            )
         object.__setattr__(self, "tables", tables)
         object.__setattr__(self, "sequence", check_name("sequence", self.sequence or f"{self.name}_seq"))
         object.__setattr__(self, "positions_key", check_name("positions key", self.positions_key or self.name))
@@ -194,6 +205,19 @@ class StreamSpec(AnyStreamSpec, Generic[RowT]):
             value = getattr(self, what)
             if value is not None and not callable(value):
                 raise ValueError(f"stream {self.name!r}: {what} must be callable")
+
+    def _check_kept(self, tables: tuple[StreamTable, ...]) -> None:
+        what = f"stream {self.name!r} is kept by its writer (kept=True)"
+        if tables:
+            raise ValueError(f"{what}: it has no tables, not {', '.join(repr(getattr(t, 'table', t)) for t in tables)}")
+        if self.update_function is not None:
+            raise ValueError(
+                f"{what}: its updates come from the keeper its writer gives host.kept_stream, not update_function"
+            )
+        if not self.positive:
+            raise ValueError(f"{what}: its positions grow upwards (positive=True)")
+        if self.sync_key is not None and self.sync_rows is None:
+            raise ValueError(f"{what}: a sync_key needs sync_rows (there is no table to read a user's rows from)")
 
     @property
     def row_fields(self) -> tuple[str, ...]:
@@ -233,16 +257,27 @@ class RowsHandlerSpec(AnyRowsHandlerSpec, Generic[RowT]):
     ``StreamSpec[LikeRow]`` is a type error. At start-up the host checks it again: a stream
     registered with another row type than ``stream``'s stops the start naming both plugins. A
     handler for a stream no plugin registered is never called (its plugin may be installed later).
+
+    ``reset``, for a kept stream (``StreamSpec.kept``): ``reset(host, writer, epoch)``, called in every
+    process that does not write the stream when ``writer`` started a new run at ``epoch``, before that
+    run's facts are handed to ``handler``: forget what ``writer`` said before (the facts the writer
+    kept went with its process). It may return an awaitable, which is awaited first.
     """
 
     stream: StreamSpec[RowT]
     handler: RowsHandler[RowT]
+    reset: Callable[[HostApi, str, int], Awaitable[None] | None] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stream, StreamSpec):
             raise ValueError(f"rows handler: stream must be a StreamSpec, not {self.stream!r}")
         if not callable(self.handler):
             raise ValueError(f"rows handler of stream {self.stream.name!r}: handler must be callable")
+        if self.reset is not None and not (callable(self.reset) and self.stream.kept):
+            raise ValueError(
+                f"rows handler of stream {self.stream.name!r}: reset must be callable, and only a kept stream "
+                "(kept=True) resets"
+            )
 
 
 RegisterStream = Callable[[AnyStreamSpec], None]

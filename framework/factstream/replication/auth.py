@@ -137,6 +137,25 @@ class ReplicationSecret:
             return None
         return sender, body
 
+    # -- HTTP requests between instances (a kept stream's catch-up) ----------------------------------
+
+    def sign_request(self, instance: str, target: str) -> str:
+        """The ``X-Factstream-Replication`` header of a request for ``target`` (path and query) made by
+        ``instance``: its name and an HMAC of both. A replayed header reads the same thing again, which
+        is all such a request does."""
+        return f"{instance} {self._request_mac(instance, target)}"
+
+    def check_request(self, header: str, target: str) -> str | None:
+        """The instance that signed ``header`` for ``target``, or ``None`` if it is not signed with this secret."""
+        instance, _, mac = header.rpartition(" ")
+        if not instance or not hmac.compare_digest(mac, self._request_mac(instance, target)):
+            return None
+        return instance
+
+    def _request_mac(self, instance: str, target: str) -> str:
+        message = b"\n".join((PROTOCOL, b"http", self.deployment, instance.encode("utf-8"), target.encode("utf-8")))
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
     def _mac(self, sender: bytes, message: bytes) -> bytes:
         return hmac.digest(self._signing_key, sender + b"\n" + message, "sha256")[:16].hex().encode("ascii")
 

@@ -46,6 +46,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, cast
 
 from factstream.replication import wire
+from factstream.replication.commands import CommandRouter
 from factstream.replication.links import LagTracker, StreamLag, untrack
 from factstream.replication.senders import Connection, Senders
 from factstream.replication.stream import ReplicatedStream, RowError
@@ -128,6 +129,9 @@ class ReplicationHandler:
         self._workers: dict[str, asyncio.Task[None]] = {}
         self.waiters = PositionWaiters()
         self.on_replicate: Callable[[Connection], None] | None = None
+        #: The plugins' command handlers (``factstream.replication.commands``); every other command is
+        #: ignored without one.
+        self.commands: CommandRouter | None = None
         self.rows_processed = 0
         #: Above this many queued commands, transports stop reading until processing catches up:
         #: the backlog then builds on the sender, which disconnects a reader that cannot keep up.
@@ -150,6 +154,8 @@ class ReplicationHandler:
         if conn in self.connections:
             self.connections.remove(conn)
         self._connected.pop(conn, None)
+        if self.commands is not None:
+            self.commands.lost(conn)
 
     def connected_streams(self, conn: Connection) -> set[str]:
         return {stream for stream, _ in self._connected.get(conn, ())}
@@ -188,8 +194,11 @@ class ReplicationHandler:
             ):
                 return
             self._enqueue(conn, cmd)
-        elif isinstance(cmd, wire.ReplicateCommand) and self.on_replicate is not None:
-            self.on_replicate(conn)
+        elif isinstance(cmd, wire.ReplicateCommand):
+            if self.on_replicate is not None:
+                self.on_replicate(conn)
+        elif self.commands is not None:
+            self.commands.received(conn, cmd)  # the plugins' commands (ProtocolError for a forged one)
 
     def on_rdata_run(self, conn: Connection, run: RdataRun) -> None:
         """Dispatch a run of RDATA lines (see :class:`RdataRun`); raises :class:`ProtocolError` like ``on_command``."""

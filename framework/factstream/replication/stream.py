@@ -15,7 +15,9 @@ import msgspec
 
 from factstream.db.database import Database
 from factstream.idgen.generator import MultiWriterIdGenerator
+from factstream.idgen.kept import KeptPositions
 from factstream.plugin.streams import StreamSpec, Update
+from factstream.replication.kept import KeptSource
 from factstream.replication.wire import decode_json
 
 #: How many rows one update-function call aims for (a target, never splitting a token).
@@ -35,14 +37,25 @@ class RowError(ValueError):
 class ReplicatedStream:
     """One stream's replication state in this process."""
 
-    def __init__(self, spec: StreamSpec[Any], id_gen: MultiWriterIdGenerator, db: Database) -> None:
+    def __init__(
+        self,
+        spec: StreamSpec[Any],
+        id_gen: MultiWriterIdGenerator | KeptPositions,
+        db: Database,
+        *,
+        kept: KeptSource | None = None,
+    ) -> None:
         self.spec = spec
         self.name = spec.name
         self.id_gen = id_gen
         self.db = db
         self.local = id_gen.instance_name
         self.factor = 1 if spec.positive else -1
-        self.update = spec.updates()
+        #: A kept stream's source of updates (its keeper here, its writer elsewhere); None for tables.
+        self.kept = kept
+        if spec.kept != (kept is not None):
+            raise ValueError(f"stream {spec.name!r}: a kept stream needs its KeptSource, and only it")
+        self.update = kept.updates if kept is not None else spec.updates()
         self.fields = spec.row_fields
         hints = msgspec.structs.fields(spec.row_type)
         # An array-like twin of the row type validates a wire array in one msgspec call.
@@ -81,9 +94,12 @@ class ReplicatedStream:
         self._allocated = id_gen.reserved_before_start
         #: Only rows of a stream read by the table update function are exactly what the generator
         #: captures; a stream with its own update function is always read back through it.
-        self._can_capture = id_gen.is_writer and spec.update_function is None
+        self._can_capture = id_gen.is_writer and spec.update_function is None and kept is None
         if self._can_capture:
+            assert isinstance(id_gen, MultiWriterIdGenerator)
             id_gen.capture = self
+        if kept is not None:
+            kept.parse_row = self.parse_row
 
     # -- positions, in wire tokens -----------------------------------------------------------------
 
@@ -104,8 +120,9 @@ class ReplicatedStream:
         return not self._writers or instance in self._writers
 
     def position_allowed(self, token: int) -> bool:
-        """Whether ``token`` is at most an ID the sequence is known to have handed out (no query needed)."""
-        return token * self.factor <= self._allocated
+        """Whether ``token`` is at most an ID the sequence is known to have handed out (no query needed);
+        a kept stream has no sequence: its writer's count is what it says."""
+        return self.kept is not None or token * self.factor <= self._allocated
 
     async def refresh_allocated(self) -> int:
         """Read the sequence's last handed-out ID again; returns it (a wire token)."""

@@ -69,7 +69,10 @@ class ReplicationStreamer:
         self.linger_rows = linger_rows
         self._wake = asyncio.Event()
         self._announce = False
-        self._skipped = False
+        # A kept stream's writer starts a new run (its facts went with the last process): its first
+        # pass announces every position before any row, so a reader still linked (Redis) sees the new
+        # run's epoch and resets before it accepts the run's rows (factstream.replication.kept).
+        self._skipped = any(s.kept is not None for s in self.streams)
         self._task: asyncio.Task[None] | None = None
         self.rows_sent = 0
         #: The wall clock its POSITIONs are stamped with (docs/replication.md, "Lag"); tests skew it.

@@ -209,6 +209,17 @@ class Notifier:
         self.expire_idle()
         return woken
 
+    def wake_everyone(self, stream_key: str, token: TokenValue | None = None) -> int:
+        """Wake every waiting request (what every user sees of ``stream_key`` may have changed: a kept
+        stream's writer restarted); returns how many."""
+        self._wake_token_waiters()
+        current = self.current_token()
+        woken = sum(self._move(stream, current) for stream in list(self._streams.values()))
+        if woken:
+            WAKEUPS.inc(woken)
+        log.info("stream %s at %s woke every waiting request (%d)", stream_key, token, woken)
+        return woken
+
     @staticmethod
     def _move(stream: _UserStream, current: StreamToken) -> int:
         """Move ``stream`` to ``current`` and wake its waiting requests; returns how many."""

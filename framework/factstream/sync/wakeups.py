@@ -76,6 +76,8 @@ class WakeRouter:
         self.synced = {s.name: s for s in synced}
         #: Per (stream, writer), the rows waiting for that writer's advance.
         self._pending: dict[tuple[str, str], list[list[Any]]] = {}
+        #: (stream, writer) pairs whose next advance wakes every long poll (a kept stream's reset).
+        self._everyone: set[tuple[str, str]] = set()
 
     # replicated rows: remembered before the advance, woken after it --------------------------------
 
@@ -92,7 +94,19 @@ class WakeRouter:
         """After ``instance``'s advance: wake the users its remembered rows concern (module docstring)."""
         synced = self.synced.get(stream.name)
         if synced is not None:
-            self.wake(synced, token, self._pending.pop((stream.name, instance), None))
+            batches = self._pending.pop((stream.name, instance), None)
+            if self._everyone and (stream.name, instance) in self._everyone:
+                self._everyone.discard((stream.name, instance))
+                self.notifier.wake_everyone(synced.key, token)
+                return
+            self.wake(synced, token, batches)
+
+    def reset(self, stream: str, instance: str) -> None:
+        """A kept stream's view of ``instance`` was reset: its next advance wakes every long poll, whose
+        answers may all have changed (what the writer said before is gone)."""
+        self._pending.pop((stream, instance), None)
+        if stream in self.synced:
+            self._everyone.add((stream, instance))
 
     # both paths ------------------------------------------------------------------------------------
 
