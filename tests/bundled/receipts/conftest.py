@@ -10,10 +10,28 @@ from typing import Any
 import httpx
 import pytest
 
+from factstream.host.app import Host
 from factstream.plugin.manager import load_plugins
-from tests.bundled.events.conftest import client, main  # noqa: F401  (the fixtures)
+from factstream.testing import HostCluster
+from tests.bundled.events.conftest import TOKENS, clients_of, token_of
 
 Clients = Callable[[str], httpx.AsyncClient]
+#: The users of these tests: the events tests' five, and frank.
+FRANK = "@frank:hs"
+RECEIPT_TOKENS = TOKENS | {token_of(FRANK): {"user": FRANK}}
+
+
+@pytest.fixture
+async def main(host_cluster: HostCluster) -> Host:
+    """One host, ``main``, writing ``events`` and ``receipts``, accepting the tokens of the users."""
+    host_cluster.configure(http={"tokens": RECEIPT_TOKENS})
+    return await host_cluster("main")
+
+
+@pytest.fixture
+def client(host_cluster: HostCluster, main: Host) -> Clients:
+    """``client(user)``: an HTTP client of ``main`` with ``user``'s token."""
+    return clients_of(host_cluster, main)
 
 
 @pytest.fixture(autouse=True)
