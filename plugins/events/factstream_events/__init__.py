@@ -39,7 +39,7 @@ from factstream import (
 from factstream_events import hookspecs, invalidations
 from factstream_events.export import EXPORT_JOBS
 from factstream_events.invalidations import RoomState
-from factstream_events.read.members import Memberships
+from factstream_events.members import Memberships
 from factstream_events.read.timeline import Timeline
 from factstream_events.read.wake import wake
 from factstream_events.routes import ROUTES
