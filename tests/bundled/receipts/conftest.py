@@ -14,6 +14,7 @@ from factstream.host.app import Host
 from factstream.plugin.manager import load_plugins
 from factstream.testing import HostCluster
 from tests.bundled.events.conftest import TOKENS, clients_of, token_of
+from tests.export.conftest import spark  # noqa: F401  (the session's local Spark, for the export job test)
 
 Clients = Callable[[str], httpx.AsyncClient]
 #: The users of these tests: the events tests' five, and frank.
