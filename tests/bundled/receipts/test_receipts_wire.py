@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from factstream_receipts import ReceiptsRow, ReceiptsStore
 
+from factstream.errors import PluginError
 from factstream.host.app import Host
+from factstream.plugin.manager import load_plugins
 from factstream.testing import HostCluster
 from tests.bundled.events.conftest import store_of
 from tests.bundled.receipts.conftest import RECEIPT_TOKENS, Clients, send_receipt
@@ -84,3 +87,13 @@ async def test_a_worker_parses_the_row_back_and_drops_its_cached_receipts(host_c
     (receipt,) = await on_worker.room_receipts(room)
     assert receipt.row.room_id == room and receipt.row.user_id == BOB and receipt.row.thread_id is None
     assert receipt.stream_id == position and receipt.instance == "main"
+
+
+def test_the_plugin_needs_the_events_plugin_and_says_why() -> None:
+    host = load_plugins(environ={"FACTSTREAM_BLOCK_PLUGINS": "events"})
+    with pytest.raises(PluginError) as refused:
+        _ = host.registry
+    assert str(refused.value).startswith(
+        "plugin 'receipts' needs plugin 'events' (receipts go to a room's joined members and point at its events),"
+        " which is blocked by FACTSTREAM_BLOCK_PLUGINS"
+    )
