@@ -6,7 +6,8 @@ Built on factstream's public API only, exactly as a third-party plugin would be:
   several rows per ID) and ``backfill`` (a backwards stream: backfilled events, never "new");
 * tables in the migration branch ``events`` (``factstream_events.migrations``);
 * the Python API ``host.state(EventsStore)`` (``factstream_events.store``) and its reads
-  (``factstream_events.read.reads``); HTTP routes (``factstream_events.routes``);
+  (``factstream_events.read.reads``); for other plugins, who is joined where:
+  ``host.state(Memberships)`` (``factstream_events.read.members``); HTTP routes (``factstream_events.routes``);
 * caches: the change caches of ``Timeline`` and the caches of immutable facts
   (``factstream_events.shared.caches``), all registered, so all in ``host.caches`` and on ``/metrics``;
 * hooks for other plugins, ``resolve_state`` and ``check_local_event`` (``factstream_events.hookspecs``),
@@ -38,6 +39,7 @@ from factstream import (
 from factstream_events import hookspecs, invalidations
 from factstream_events.export import EXPORT_JOBS
 from factstream_events.invalidations import RoomState
+from factstream_events.members import Memberships
 from factstream_events.read.timeline import Timeline
 from factstream_events.read.wake import wake
 from factstream_events.routes import ROUTES
@@ -69,7 +71,7 @@ async def sync_rooms(request: SyncRequest) -> dict[str, Any]:
     return await request.host.state(EventsStore).sync(request)
 
 
-__all__ = ["BACKFILL_STREAM_SPEC", "EVENTS_STREAM_SPEC", "EventsSettings", "EventsStore"]
+__all__ = ["BACKFILL_STREAM_SPEC", "EVENTS_STREAM_SPEC", "EventsSettings", "EventsStore", "Memberships"]
 
 EVENTS_STREAM_SPEC = StreamSpec(
     name=STREAM,
@@ -104,7 +106,7 @@ def register_streams(register: RegisterStream) -> None:
 
 @factstream.hookimpl
 def register_caches(register: Callable[[CacheSpec], None]) -> None:
-    for spec in (*cached_specs(Timeline, RoomState), *IMMUTABLE_CACHES):
+    for spec in (*cached_specs(Timeline, RoomState, Memberships), *IMMUTABLE_CACHES):
         register(spec)
 
 
