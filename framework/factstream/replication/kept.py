@@ -19,9 +19,11 @@ calls every rows handler's ``reset`` for that writer (the plugins drop what it s
 long poll of the stream once the position moves (their clients' answers may have changed). The
 keeper, asked from below its epoch, answers everything it holds, so the rows then rebuild the view.
 
-A reader that cannot reach the writer (no HTTP port in ``instance_map``, a refused or failed request)
-logs why, resets its view of that writer and moves to the announced position without rows: it shows
-less than there is until the writer's next facts, rather than what is no longer true.
+A writer announces its position as soon as its replication link is up and serves HTTP a moment later,
+so a refused connection is tried again for up to ``timeout`` seconds. A reader that still cannot reach
+the writer (no HTTP port in ``instance_map``, a failed request) logs why, resets its view of that
+writer as if a run had started at the announced position and moves there without rows: it shows less
+than there is until the writer's next facts, rather than what is no longer true.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -48,6 +51,8 @@ KEPT_UPDATES_PATH = "/replication/kept/{stream}"
 SIGNATURE_HEADER = "X-Factstream-Replication"
 #: Most updates one request may ask for.
 MAX_KEPT_LIMIT = 10_000
+#: How long a reader waits before asking a writer that refused the connection again.
+RETRY_SECONDS = 0.2
 #: Longest answer a reader accepts, in bytes.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
@@ -68,6 +73,10 @@ class KeptAnswer(msgspec.Struct, frozen=True):
 
 class KeptUnreachable(Exception):
     """The writer could not be asked; the message says why."""
+
+
+class KeptRefused(KeptUnreachable):
+    """The writer's HTTP port refused the connection (it may be starting: asked again)."""
 
 
 class KeptSource:
@@ -115,7 +124,7 @@ class KeptSource:
         if instance == self.instance:
             return await self.local(from_token, upto_token, limit)
         try:
-            answer = await self._ask(instance, from_token, upto_token, limit)
+            answer = await self._ask_until(instance, from_token, upto_token, limit)
         except KeptUnreachable as exc:
             self.failed += 1
             log.error(
@@ -125,13 +134,28 @@ class KeptSource:
                 instance,
                 exc,
             )
-            await self._reset(instance, self.epochs.get(instance, 0))
+            # Whatever this process knew of the writer may be gone, and so may everything up to the
+            # announced position: a token below it is treated as from before the writer's run.
+            self.epochs[instance] = upto_token
+            await self._reset(instance, upto_token)
             return [], upto_token, False
         if from_token < answer.epoch:
             await self._reset(instance, answer.epoch)
         self.epochs[instance] = answer.epoch
         parse = self.parse_row
         return [(token, parse(row)) for token, row in answer.updates], answer.upto, answer.limited
+
+    async def _ask_until(self, instance: str, from_token: int, upto_token: int, limit: int) -> KeptAnswer:
+        """:meth:`_ask`, again while the writer refuses connections, for up to :attr:`timeout` seconds: a
+        writer announces its position as soon as replication is up, and serves HTTP last (a moment later)."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return await self._ask(instance, from_token, upto_token, limit)
+            except KeptRefused:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(RETRY_SECONDS)
 
     async def _reset(self, instance: str, epoch: int) -> None:
         if self.on_reset is not None:
@@ -151,6 +175,8 @@ class KeptSource:
         try:
             async with asyncio.timeout(self.timeout):
                 status, body = await _get(host, port, target, headers)
+        except ConnectionRefusedError as exc:
+            raise KeptRefused(f"GET http://{host}:{port}{target}: {exc}") from None
         except (OSError, TimeoutError, ValueError) as exc:
             raise KeptUnreachable(f"GET http://{host}:{port}{target}: {type(exc).__name__}: {exc}") from None
         if status != 200:
