@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar
 
 import msgspec
@@ -243,6 +244,7 @@ class HostFacade(HostApi):
         handler: ReplicationHandler,
         plugin_settings: Mapping[type[BaseModel], BaseModel],
         commands: CommandRouter,
+        syncing: dict[str, int],
     ) -> None:
         self._config = settings
         self._plugins = plugins
@@ -253,6 +255,7 @@ class HostFacade(HostApi):
         self._local_rows = local_rows
         self._handler = handler
         self._commands = commands
+        self._syncing = syncing
         self._plugin_settings = dict(plugin_settings)
         self._settings = HostSettings(settings)
         self._state: dict[object, object] = {}
@@ -299,6 +302,9 @@ class HostFacade(HostApi):
         if actual is not row_type:
             raise FactstreamError(f"stream {name!r} has row type {actual.__name__}, not {row_type.__name__}")
         return writer
+
+    def syncing_users(self) -> Mapping[str, int]:
+        return MappingProxyType(self._syncing)
 
     def send_command(self, command: wire.Command) -> None:
         self._commands.send(command)

@@ -161,7 +161,9 @@ async def compose(
         commands = await _command_router(settings, registry, leases)
         opened.push_async_callback(commands.close)
         handler.commands = commands
-        api = HostFacade(settings, plugins, db, streams, caches, local_rows, handler, plugin_settings, commands)
+        api = HostFacade(
+            settings, plugins, db, streams, caches, local_rows, handler, plugin_settings, commands, sync.syncing
+        )
         commands.host = api
         pipeline.add_handlers(plugins.rows_handlers(api))
         pipeline.attach_resets(streams.values(), plugins.reset_handlers(api))

@@ -267,6 +267,11 @@ class HostApi(Protocol):
         """
         ...
 
+    def syncing_users(self) -> Mapping[str, int]:
+        """The users with a ``/sync`` request in progress on this instance (waiting or answering), and how
+        many each: what a presence plugin reports as "syncing here". A read-only view, live."""
+        ...
+
     def send_command(self, command: wire.Command) -> None:
         """Send a replication command some plugin handles (``register_command_handlers``): handled here
         if this instance writes the handler's stream, sent to the instances that do. Raises

@@ -129,6 +129,8 @@ class Notifier:
         self._idle: OrderedDict[str, float] = OrderedDict()
         self._room_users: dict[str, set[str]] = {}
         self._user_rooms: dict[str, frozenset[str]] = {}
+        #: Per user, the rooms each stream watches (:meth:`watch_rooms`); the user is indexed under their union.
+        self._watched: dict[str, dict[str, frozenset[str]]] = {}
         self._any_event: asyncio.Future[None] | None = None
         self._open_waits = 0
         self._closed = False
@@ -152,14 +154,22 @@ class Notifier:
         else:
             self._user_rooms.pop(user, None)
 
-    def watch_rooms(self, user: str, rooms: Iterable[str]) -> None:
+    def watch_rooms(self, user: str, rooms: Iterable[str], key: str = "") -> None:
         """:meth:`set_user_rooms`, for a request that just read the user's rooms: when a room is new to
         the index, the user's stream moves to the current token and the user's waiting requests are
         woken, so that every wait of the user reads once more. An event of that room notified before
         the room was indexed reached nobody; this read covers it (the wait's range never goes below
         the client's token, so nothing repeats). The request that called this reads again too: its
-        stream moved while its callback ran."""
-        new = frozenset(rooms)
+        stream moved while its callback ran.
+
+        ``key`` names who watches (the stream): each stream's rooms are kept apart and the user is
+        indexed under their union, so streams that watch different rooms (a plugin's own keys, the
+        rooms one stream shows and another does not) do not undo each other's watch and wake each
+        other for ever.
+        """
+        watched = self._watched.setdefault(user, {})
+        watched[key] = frozenset(rooms)
+        new = frozenset().union(*watched.values())
         added = not new <= self._user_rooms.get(user, frozenset())
         self.set_user_rooms(user, new)
         stream = self._streams.get(user)
@@ -168,6 +178,7 @@ class Notifier:
 
     def forget_user(self, user: str) -> None:
         """Drop ``user``'s room memberships (its waiting requests, if any, keep waiting)."""
+        self._watched.pop(user, None)
         self.set_user_rooms(user, ())
 
     def user_rooms(self, user: str) -> frozenset[str]:

@@ -125,6 +125,8 @@ class SyncService:
         self.max_allocated = {s.key: s.stream.id_gen.get_max_allocated_token for s in self.synced}
         self._default_readers = {s.name: default_reader(s, settings.writers_for(s.name)) for s in self.synced}
         self._warned: set[str] = set()
+        #: The users with a ``/sync`` in progress here, and how many each (``HostApi.syncing_users``).
+        self.syncing: dict[str, int] = {}
 
     @classmethod
     async def create(
@@ -160,6 +162,28 @@ class SyncService:
             raise TokenError(f"since: {exc}") from None
 
     async def sync(
+        self,
+        user: str,
+        since_text: str | None,
+        timeout: float,
+        device: str | None = None,
+        *,
+        api: HostApi,
+        filter: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """:meth:`answer`, counted in :attr:`syncing` while it runs."""
+        syncing = self.syncing
+        syncing[user] = syncing.get(user, 0) + 1
+        try:
+            return await self.answer(user, since_text, timeout, device, api=api, filter=filter)
+        finally:
+            left = syncing[user] - 1
+            if left:
+                syncing[user] = left
+            else:
+                del syncing[user]
+
+    async def answer(
         self,
         user: str,
         since_text: str | None,
@@ -271,7 +295,7 @@ class SyncService:
         notifier = self.notifier
 
         def watch_rooms(rooms: Iterable[str]) -> None:
-            notifier.watch_rooms(user, rooms)
+            notifier.watch_rooms(user, rooms, synced.name)
 
         return SyncRequest(
             api,

@@ -1,0 +1,1 @@
+"""Alembic revisions of the ``presence`` branch: ``factstream migrate new --plugin presence -m MSG`` adds one."""
