@@ -30,7 +30,8 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from factstream.demo.story import BEFORE_CAROL
+from factstream.demo.cluster import user_id
+from factstream.demo.story import AFTER_CAROL, BEFORE_CAROL
 from tests import class_archive
 
 pytestmark = pytest.mark.slow
@@ -214,7 +215,8 @@ class TestFullRun:
 
     def test_worker_saw_every_fact_once(self, summary: dict[str, Any]) -> None:
         main, worker = summary["positions"]["main"], summary["positions"]["worker"]
-        assert set(main) == set(worker) == {"events", "backfill", "account_data", "to_device", "caches"}
+        streams = {"events", "backfill", "account_data", "to_device", "caches", "receipts", "typing", "presence"}
+        assert set(main) == set(worker) == streams
         assert worker == main
         rec = summary["record"]
         received = rec["received_by_bob"]
@@ -228,6 +230,11 @@ class TestFullRun:
         assert any(w["to_device"] for w in wakes) and any(w["account_data"] for w in wakes)
         assert re.search(r"/sync on worker: a long poll answered after a \d+ ms wait, 1 room event", full_run.output)
         assert len(summary["record"]["account_data_received"]) == 2
+        # alice's typing (kept in main's memory), her stopping, and her read receipt reached bob on the worker
+        typing = summary["record"]["typing_seen"]
+        assert [user_id("alice")] in typing and typing.index([]) > typing.index([user_id("alice")])
+        read = summary["record"]["messages"][AFTER_CAROL[1]]
+        assert [read, "m.read", user_id("alice")] in summary["record"]["receipts_seen"]
 
     def test_late_joiner_cannot_see_before_the_join(self, full_run: Run, summary: dict[str, Any]) -> None:
         rec = summary["record"]

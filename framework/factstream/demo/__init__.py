@@ -195,6 +195,8 @@ class Demo:
             "long_poll_woke": bool(record.wakes),
             "late_joiner_saw_nothing_before_join": len(hidden) == len(BEFORE_CAROL),
             "redacted_content_empty": record.redacted_content_seen_by_bob == {},
+            "typing_reached_worker": [user_id("alice")] in record.typing_seen and [] in record.typing_seen,
+            "receipt_reached_worker": any(r[2] == user_id("alice") for r in record.receipts_seen),
         }
         lines = [
             f"bob's /sync on the worker brought each of the {len(counts)} events written after his first sync "

@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
         if not sys.stdin.readline():  # the demo closed stdin without asking: it is stopping
             return 0
         note("exporting")
-        for job in demo_jobs([r.spec.name for r in plugins.registry.streams]):
+        for job in demo_jobs([r.spec.name for r in plugins.registry.streams if not r.spec.kept]):
             r = runner.run(job, full=True)
             note(f"{job.name}: {r.rows} rows")
             line = {"job": r.job, "stream": r.stream, "rows": r.rows, "upto": r.upto, "seconds": r.seconds}

@@ -4,7 +4,8 @@ every stream), reads and ``/sync`` to the worker, which sees it all through TCP 
 alice creates a public room whose history visibility is ``joined``; bob joins and long-polls ``/sync``
 on the worker (device ``BOBPHONE``) for the whole story; they talk; carol joins late and reads the
 room on the worker (her ``/messages`` and initial ``/sync`` lack what came before her join); alice
-redacts a message; alice sends bob a to-device message; bob changes his account data. What the story
+redacts a message; alice sends bob a to-device message; bob changes his account data; alice types (a
+typing notification, kept in main's memory) and stops, and sends a read receipt. What the story
 checks and measures is kept in :class:`Record` (written to ``<state_dir>/demo/summary.json``).
 """
 
@@ -50,6 +51,10 @@ class Record:
     redacted_content_seen_by_bob: Any = None
     to_device_stored: int = 0
     account_data_positions: list[int] = field(default_factory=list)
+    #: Each ``m.typing`` list bob's /sync brought, in arrival order.
+    typing_seen: list[list[str]] = field(default_factory=list)
+    #: Each read receipt bob's /sync brought: ``[event_id, receipt_type, user]``.
+    receipts_seen: list[list[str]] = field(default_factory=list)
     #: Every event of the room (alice's /messages on main at the end), oldest first.
     room_event_ids: list[str] = field(default_factory=list)
     next_batch: str = ""
@@ -95,7 +100,15 @@ class SyncWatcher(threading.Thread):
         streams = body.get("streams") or {}
         to_device = streams.get("to_device", [])
         account_data = streams.get("account_data", [])
+        ephemeral = [
+            ev
+            for room in ((body.get("rooms") or {}).get("join") or {}).values()
+            for ev in (room.get("ephemeral") or {}).get("events", [])
+        ]
         with self._changed:
+            for ev in ephemeral:
+                for key in self._ephemeral(ev):
+                    self.arrived.setdefault(key, now)
             self.token = body["next_batch"]
             for ev in events:
                 self.record.received_by_bob.append(ev["event_id"])
@@ -107,8 +120,9 @@ class SyncWatcher(threading.Thread):
                 self.record.account_data_received.append(item)
                 self.arrived.setdefault(f"account_data:{item['stream_id']}", now)
             self._changed.notify_all()
-        if events or to_device or account_data:
+        if events or to_device or account_data or ephemeral:
             parts = [f"{len(events)} room event(s)"] if events else []
+            parts += [f"{len(ephemeral)} ephemeral event(s) (typing, receipts)"] if ephemeral else []
             parts += [f"{len(to_device)} to-device message(s)"] if to_device else []
             parts += [f"{len(account_data)} account data change(s)"] if account_data else []
             self.record.wakes.append(
@@ -117,12 +131,30 @@ class SyncWatcher(threading.Thread):
                     "room_events": len(events),
                     "to_device": len(to_device),
                     "account_data": len(account_data),
+                    "ephemeral": len(ephemeral),
                 }
             )
             # The long poll's whole wait, paced by the story: not the write-to-sync latency the summary
             # gives (measured from each write), so it is labelled as what it is.
             wait = f"a long poll answered after a {waited_ms:.0f} ms wait"
             self.board.woke(f"/sync on worker: {wait}, {', '.join(parts)}")
+
+    def _ephemeral(self, ev: dict[str, Any]) -> list[str]:
+        """Record a typing list or read receipts; the keys they arrive under (``typing:<users>``,
+        ``receipt:<event>:<user>``)."""
+        content = ev.get("content") or {}
+        if ev.get("type") == "m.typing":
+            users = list(content.get("user_ids", []))
+            self.record.typing_seen.append(users)
+            return ["typing:" + ",".join(users)]
+        keys = []
+        if ev.get("type") == "m.receipt":
+            for event_id, types in content.items():
+                for receipt_type, users in types.items():
+                    for user in users:
+                        self.record.receipts_seen.append([event_id, receipt_type, user])
+                        keys.append(f"receipt:{event_id}:{user}")
+        return keys
 
     def wait_for(self, key: str, since: float) -> float:
         """Wait until ``key`` (an event ID, ``to_device:N`` or ``account_data:N``) arrived; returns the
@@ -206,10 +238,27 @@ class Story:
         return event_id
 
     def expect(self, key: str, started: float) -> None:
-        if not key.startswith(("to_device:", "account_data:")):
+        if not key.startswith(("to_device:", "account_data:", "typing:", "receipt:")):
             self.record.expected_by_bob.append(key)
         ms = self.watcher.wait_for(key, started)
         self.record.write_to_wake_ms.append(round(ms, 1))
+
+    def ephemeral(self, room: str) -> None:
+        """alice types, then stops; she sends a read receipt: each reaches bob's /sync on the worker."""
+        alice = user_id("alice")
+        for typing, key, line in (
+            (True, f"typing:{alice}", "alice is typing: bob's /sync on the worker shows it (kept in main's memory)"),
+            (False, "typing:", "alice stopped typing: bob's /sync on the worker shows nobody typing"),
+        ):
+            started = time.monotonic()
+            self.alice.put(path("rooms", room, "typing", alice), {"typing": typing, "timeout": 30_000})
+            self.expect(key, started)
+            self.say(line)
+        read = self.record.messages[AFTER_CAROL[1]]
+        started = time.monotonic()
+        self.alice.post(path("rooms", room, "receipt", "m.read", read))
+        self.expect(f"receipt:{read}:{alice}", started)
+        self.say(f"alice read up to {AFTER_CAROL[1]!r}: her read receipt reached bob's /sync on the worker")
 
     def say(self, line: str) -> None:
         self.board.say(line)
@@ -277,6 +326,7 @@ class Story:
             self.expect(f"account_data:{put['stream_id']}", started)
             say(f"bob set his account data m.demo.theme to {theme!r}")
 
+        self.ephemeral(room)
         self.watcher.stop()
         self.caught_up()
         history = self.alice.get(path("rooms", room, "messages"), query={"dir": "f", "limit": 1000})
