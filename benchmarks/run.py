@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import caches_invalidation
 import codec
+import ephemeral
 import events_export
 import events_replication
 import events_storage
@@ -31,7 +32,7 @@ from scratch import bench_server, scratch_database
 #: What runs without ``--only``; ``events-replication`` runs as part of ``events``.
 DEFAULT = [
     "idgen", "codec", "replication", "caches", "export", "events-export", "sync", "events", "http", "sync-rooms",
-    "events-writers",
+    "events-writers", "ephemeral",
 ]  # fmt: skip
 
 
@@ -127,6 +128,9 @@ def main() -> None:
             events_writers.run(
                 server, args.seconds, scale=args.events_scale, emit=lambda line: print("  " + line, flush=True)
             )
+        if "ephemeral" in only:
+            print("ephemeral streams (issue 46): typing and receipts to two readers, typing's wake-up:", flush=True)
+            ephemeral.run(url, polls=args.sync_polls, emit=lambda line: print("  " + line, flush=True))
         if "http" in only:
             print(
                 f"HTTP latency, kept-alive connections, a request at a time ({args.seconds:g} s a route):", flush=True

@@ -133,6 +133,8 @@ def startup(host: HostApi) -> None:
         raise ConfigError(
             f"stream_writers.presence: presence has one writer, not {len(writers)} ({', '.join(writers)})"
         )
+    if not host.plugin_settings(PresenceSettings).enabled:
+        return
     if host.writes(STREAM):
         host.spawn(host.state(PresenceWriter).run(), name="presence-timeouts")
     host.spawn(host.state(PresenceReporter).run(), name="presence-reporter")
@@ -141,6 +143,8 @@ def startup(host: HostApi) -> None:
 @factstream.hookimpl
 def shutdown(host: HostApi) -> None:
     """This process stops serving ``/sync``: tell the writer (``CLEAR_USER_SYNC``)."""
+    if not host.plugin_settings(PresenceSettings).enabled:
+        return
     try:
         host.state(PresenceReporter).stopping()
     except Exception:  # the link may be gone already: the writer learns it from the instance lease

@@ -43,6 +43,8 @@ async def set_status(request: Request, host: HostApi) -> dict[str, Any]:
     """Set one's own presence and status message."""
     user = calling_user(request)
     target = _target(request)
+    if not host.plugin_settings(PresenceSettings).enabled:
+        raise HttpError(403, "M_FORBIDDEN", "presence is disabled on this server (plugins.presence.enabled)")
     if target != user:
         raise HttpError(403, "M_FORBIDDEN", f"user {user} cannot set the presence of {target}")
     require_writer(host, STREAM)

@@ -4,6 +4,7 @@
 
     plugins:
       presence:
+        enabled: true                   # false: no presence at all (nobody reported, PUT refused)
         idle_timeout_ms: 300000         # online -> unavailable after this long without activity
         sync_online_timeout_ms: 30000   # -> offline this long after the user's last sync ended
         stop_syncing_delay_ms: 10000    # a process reports "stopped syncing" after this long
@@ -23,6 +24,10 @@ class PresenceSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    enabled: bool = Field(
+        default=True,
+        description="false: nobody is reported syncing and PUT status is refused (the reference's presence.enabled)",
+    )
     idle_timeout_ms: int = Field(default=300_000, ge=100, le=86_400_000, description="online -> unavailable")
     sync_online_timeout_ms: int = Field(default=30_000, ge=100, le=86_400_000, description="not syncing -> offline")
     stop_syncing_delay_ms: int = Field(
