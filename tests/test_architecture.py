@@ -646,6 +646,10 @@ HOOK_TESTS = {
         "test_a_plugin_route_shadowing_a_core_route_fails_the_start_naming_both",
     ),
     "register_commands": ("tests/core/test_cli.py", "test_plugins_add_commands_to_the_cli"),
+    "register_command_handlers": (
+        "tests/replication/test_plugin_commands.py",
+        "test_over_tcp_a_worker_s_commands_reach_main_in_order_and_main_handles_its_own",
+    ),
     "register_settings": (
         "tests/core/test_plugin_settings.py",
         "test_values_come_from_the_file_and_the_environment_overrides_them",
