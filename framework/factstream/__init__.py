@@ -1,8 +1,12 @@
 """factstream: append-only streams of facts in PostgreSQL, replicated between processes.
 
 This module is the public API: what plugins may import. Everything else in the package is private to
-the core and may change between releases.
+the core and may change between releases. The replication commands a plugin may handle
+(``UserSyncCommand``, ``ClearUserSyncCommand``, ``FederationAckCommand``: the wire codec's) are imported
+at first use, so that ``import factstream`` does not load the codec.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from factstream.caches.cached import cached, cached_specs
 from factstream.caches.keys import BadKey
@@ -48,8 +52,22 @@ from factstream.plugin.web import (
     read_body,
     require_writer,
 )
-from factstream.replication.wire import ClearUserSyncCommand, FederationAckCommand, UserSyncCommand
 from factstream.room_token import MAX_ROOM_TOKEN_LENGTH, MAX_WRITERS, RoomToken, TokenError
+
+if TYPE_CHECKING:
+    from factstream.replication.wire import ClearUserSyncCommand, FederationAckCommand, UserSyncCommand
+
+#: The codec's commands the public API offers, imported at first use (``__getattr__``).
+_COMMANDS = frozenset({"ClearUserSyncCommand", "FederationAckCommand", "UserSyncCommand"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _COMMANDS:
+        from factstream.replication import wire
+
+        return getattr(wire, name)
+    raise AttributeError(f"module 'factstream' has no attribute {name!r}")
+
 
 __all__ = [
     "CURRENT_STATE_CACHE_NAME",

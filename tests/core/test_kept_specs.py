@@ -20,6 +20,12 @@ from factstream.replication import wire
 from factstream.testing import PluginInstaller
 
 
+@pytest.fixture(autouse=True)
+def _without_the_bundled_presence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bundled presence plugin handles USER_SYNC itself: these tests' plugins take its place."""
+    monkeypatch.setenv("FACTSTREAM_BLOCK_PLUGINS", "presence")
+
+
 class Row(msgspec.Struct):
     key: str
 
@@ -157,23 +163,23 @@ def register_command_handlers(register):
 
 
 def test_a_handler_on_an_unknown_stream_is_refused_at_finish(plugin_installer: PluginInstaller) -> None:
-    plugin_installer.from_source("presence", HANDLER_PLUGIN.format(stream="nowhere"))
-    with pytest.raises(PluginError, match=r"plugin 'presence' handles USER_SYNC on the writers of unknown stream"):
+    plugin_installer.from_source("syncwatch", HANDLER_PLUGIN.format(stream="nowhere"))
+    with pytest.raises(PluginError, match=r"plugin 'syncwatch' handles USER_SYNC on the writers of unknown stream"):
         load_plugins().registry  # noqa: B018
 
 
 def test_two_plugins_handling_one_command_are_refused_naming_both(plugin_installer: PluginInstaller) -> None:
     plugin_installer.from_source("kv", KV_PLUGIN.format(export="pass"))
-    plugin_installer.from_source("presence", HANDLER_PLUGIN.format(stream="kv"))
+    plugin_installer.from_source("syncwatch", HANDLER_PLUGIN.format(stream="kv"))
     plugin_installer.from_source("lookalike", HANDLER_PLUGIN.format(stream="kv"))
     with pytest.raises(PluginError) as info:
         load_plugins().registry  # noqa: B018
     assert "USER_SYNC" in str(info.value)
-    assert "'presence'" in str(info.value) and "'lookalike'" in str(info.value)
+    assert "'syncwatch'" in str(info.value) and "'lookalike'" in str(info.value)
 
 
 def test_one_plugin_handling_a_command_on_its_stream_loads(plugin_installer: PluginInstaller) -> None:
     plugin_installer.from_source("kv", KV_PLUGIN.format(export="pass"))
-    plugin_installer.from_source("presence", HANDLER_PLUGIN.format(stream="kv"))
+    plugin_installer.from_source("syncwatch", HANDLER_PLUGIN.format(stream="kv"))
     [handled] = list(load_plugins().registry.command_handlers)
-    assert (handled.plugin, handled.spec.name, handled.spec.stream) == ("presence", "USER_SYNC", "kv")
+    assert (handled.plugin, handled.spec.name, handled.spec.stream) == ("syncwatch", "USER_SYNC", "kv")

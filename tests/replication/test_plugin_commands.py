@@ -60,9 +60,15 @@ def register_command_handlers(register):
 """
 
 
+@pytest.fixture(autouse=True)
+def _without_the_bundled_presence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bundled presence plugin handles USER_SYNC itself: these tests' plugins take its place."""
+    monkeypatch.setenv("FACTSTREAM_BLOCK_PLUGINS", "presence")
+
+
 @pytest.fixture
 def presence(plugin_installer: PluginInstaller) -> ModuleType:
-    return importlib.import_module(plugin_installer.from_source("presence", PLUGIN).module)
+    return importlib.import_module(plugin_installer.from_source("syncwatch", PLUGIN).module)
 
 
 @pytest.fixture
@@ -163,5 +169,5 @@ async def test_a_tcp_host_whose_handled_stream_is_not_written_by_main_refuses_to
 ) -> None:
     with pytest.raises(ConfigError) as info:
         await cluster("main", stream_writers={"pres": ["worker1"]})
-    assert "plugin 'presence' handles" in str(info.value)
+    assert "plugin 'syncwatch' handles" in str(info.value)
     assert "stream_writers.pres must be [main] (or use Redis)" in str(info.value)

@@ -170,16 +170,16 @@ async def kept_updates(request: Request, api: HostApi) -> Any:
     """
     host = _host(request)
     name = request.path_params["stream"]
-    stream = host.streams.get(name)
-    if stream is None or stream.kept is None or not stream.id_gen.is_writer:
-        raise HttpError(404, "M_NOT_FOUND", f"this instance writes no kept stream named {name[:80]!r}")
     secret = ReplicationSecret.from_settings(host.settings)
-    if secret is not None:
+    if secret is not None:  # first: an unsigned caller learns nothing, not even which streams exist
         target = request.scope["path"] + "?" + request.scope["query_string"].decode("latin-1")
         if secret.check_request(request.headers.get(SIGNATURE_HEADER, ""), target) is None:
             raise HttpError(
                 403, "M_FORBIDDEN", "a kept stream's updates are for instances that know replication.secret"
             )
+    stream = host.streams.get(name)
+    if stream is None or stream.kept is None or not stream.id_gen.is_writer:
+        raise HttpError(404, "M_NOT_FOUND", f"this instance writes no kept stream named {name[:80]!r}")
     query = request.query_params
     limit = _whole(query, "limit", 1, MAX_KEPT_LIMIT)
     low = _whole(query, "from", 0, 2**63 - 1)

@@ -35,31 +35,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from factstream.names import check_name
-from factstream.replication import wire
 
 if TYPE_CHECKING:
     from factstream.plugin.api import HostApi
+    from factstream.replication import wire
 
-CmdT = TypeVar("CmdT", bound=wire.Command)
+CmdT = TypeVar("CmdT", bound="wire.Command")
 
 #: The commands the core itself handles: the link's own and the streams'. No plugin may take them.
-CORE_COMMANDS = frozenset(
-    cls.NAME
-    for cls in (
-        wire.ServerCommand,
-        wire.RdataCommand,
-        wire.PositionCommand,
-        wire.ErrorCommand,
-        wire.PingCommand,
-        wire.NameCommand,
-        wire.ReplicateCommand,
-    )
-)
-#: Which field of a command names the instance it speaks for.
+CORE_COMMANDS = frozenset({"SERVER", "RDATA", "POSITION", "ERROR", "PING", "NAME", "REPLICATE"})
+#: Which field of a command names the instance it speaks for (``USER_SYNC``'s ``instance_id``...).
 SPEAKS_FOR: dict[str, str] = {
-    wire.UserSyncCommand.NAME: "instance_id",
-    wire.ClearUserSyncCommand.NAME: "instance_id",
-    wire.FederationAckCommand.NAME: "instance_name",
+    "USER_SYNC": "instance_id",
+    "CLEAR_USER_SYNC": "instance_id",
+    "FEDERATION_ACK": "instance_name",
 }
 #: How often a host checks that the instances whose commands it handled are still alive.
 LIVENESS_SECONDS = 2.0
@@ -96,6 +85,8 @@ class CommandHandlerSpec(AnyCommandHandlerSpec, Generic[CmdT]):
     resend: Callable[[HostApi], Iterable[wire.Command]] | None = None
 
     def __post_init__(self) -> None:
+        from factstream.replication import wire  # the codec only: ``import factstream`` does not load it
+
         cls = self.command
         if not (isinstance(cls, type) and cls in wire.BUILTIN_COMMANDS):
             raise ValueError(f"a command handler takes one of the codec's command classes, not {cls!r}")

@@ -75,6 +75,10 @@ class KeptUnreachable(Exception):
     """The writer could not be asked; the message says why."""
 
 
+class KeptNoAddress(KeptUnreachable):
+    """The configuration gives the writer no HTTP port to ask."""
+
+
 class KeptRefused(KeptUnreachable):
     """The writer's HTTP port refused the connection (it may be starting: asked again)."""
 
@@ -107,6 +111,7 @@ class KeptSource:
         #: Requests made to writers, and those that failed.
         self.asked = 0
         self.failed = 0
+        self._warned: set[str] = set()
 
     async def local(self, from_token: int, upto_token: int, limit: int) -> tuple[list[Update], int, bool]:
         """The keeper's answer (nothing yet while no keeper is set: positions only)."""
@@ -127,13 +132,19 @@ class KeptSource:
             answer = await self._ask_until(instance, from_token, upto_token, limit)
         except KeptUnreachable as exc:
             self.failed += 1
-            log.error(
-                "cannot catch up on kept stream %s from %s (%s): its facts there are dropped here until it "
-                "writes again",
-                self.stream,
-                instance,
-                exc,
-            )
+            # A writer without an HTTP port (a configuration that never asks): a warning, once per writer.
+            # A request that failed: an error, every time.
+            quiet = isinstance(exc, KeptNoAddress)
+            if not quiet or instance not in self._warned:
+                self._warned.add(instance)
+                log.log(
+                    logging.WARNING if quiet else logging.ERROR,
+                    "cannot catch up on kept stream %s from %s (%s): its facts there are dropped here until it "
+                    "writes again",
+                    self.stream,
+                    instance,
+                    exc,
+                )
             # Whatever this process knew of the writer may be gone, and so may everything up to the
             # announced position: a token below it is treated as from before the writer's run.
             self.epochs[instance] = upto_token
@@ -164,7 +175,7 @@ class KeptSource:
     async def _ask(self, instance: str, from_token: int, upto_token: int, limit: int) -> KeptAnswer:
         where = self._url_of(instance)
         if where is None:
-            raise KeptUnreachable(f"instance_map gives {instance!r} no http_port")
+            raise KeptNoAddress(f"instance_map gives {instance!r} no http_port")
         host, port = where
         query = urllib.parse.urlencode({"from": from_token, "upto": upto_token, "limit": limit})
         target = KEPT_UPDATES_PATH.format(stream=self.stream) + "?" + query
