@@ -22,7 +22,20 @@ from hypothesis import strategies as st
 from tests.host.conftest import ALICE_USER, WRITER_USER, stored
 
 #: Values that get a request past the endpoints' own checks (the writer's user, a device ...).
-_GOOD = [WRITER_USER, ALICE_USER, "@bob:hs", "DEV", "m.test", "!room:hs", "inbox", "txn1", "*", "0"]
+_GOOD = [
+    WRITER_USER,
+    ALICE_USER,
+    "@bob:hs",
+    "DEV",
+    "m.test",
+    "m.read",
+    "!room:hs",
+    "$event:hs",
+    "inbox",
+    "txn1",
+    "*",
+    "0",
+]
 _NASTY = ["\u0000", "a\u0000b", "\ud800", "x\udfffy", "\ud83d", "\udc00\ud800", "%00", " ", "/", "\\"]
 _HUGE = st.one_of(
     st.sampled_from([2**63, -(2**63) - 1, 10**30, -(10**30), 10**400]),
@@ -52,7 +65,7 @@ def _json(text: st.SearchStrategy[str], numbers: st.SearchStrategy[int]) -> st.S
 
 def _bodies(text: st.SearchStrategy[str], numbers: st.SearchStrategy[int]) -> st.SearchStrategy[Any]:
     """Bodies shaped like what the routes take (an object; to-device messages; inbox messages; a
-    membership change naming a user; a batch of remote events), and any JSON value at all."""
+    membership change naming a user; a batch of remote events; typing; presence), and any JSON value."""
     value = _json(text, numbers)
     obj = st.dictionaries(text, value, max_size=3)
     user = st.one_of(st.sampled_from([WRITER_USER, ALICE_USER, "@bob:hs"]), text)
@@ -62,6 +75,10 @@ def _bodies(text: st.SearchStrategy[str], numbers: st.SearchStrategy[int]) -> st
         st.lists(st.fixed_dictionaries({"user_id": text, "body": text}), min_size=1, max_size=2),
         st.fixed_dictionaries({"user_id": user}, optional={"reason": text}),
         st.fixed_dictionaries({"events": st.lists(obj, max_size=2)}),
+        st.fixed_dictionaries({"typing": st.booleans()}, optional={"timeout": numbers}),
+        st.fixed_dictionaries(
+            {"presence": st.sampled_from(["online", "unavailable", "offline"])}, optional={"status_msg": text}
+        ),
         value,
     )
 

@@ -6,9 +6,12 @@ initial sync gets every such user who is not offline (and itself). Each event is
 ``{"type": "m.presence", "sender": user, "content": {"presence", "last_active_ago", "currently_active",
 "status_msg"?}}``.
 
-Wake-ups: a user's row wakes exactly the long polls of the readers who may see it. Each reader watches
-one notifier key per user it may see (``presence|<user>``, refreshed on every ``/sync``), and a row
-wakes its user's key (``StreamSpec.wake``). When two users stop sharing a room, the reader's next
+Wake-ups: a user's row wakes exactly the long polls of the other readers who may see it. Each reader
+watches one notifier key per other user it may see (``presence|<user>``, refreshed on every ``/sync``),
+and a row wakes its user's key (``StreamSpec.wake``). A user's own change does not wake their own long
+poll (it comes with their next answer): their first ``/sync`` makes them online a moment later, and
+waking that very long poll for it would answer every client's second ``/sync`` at once with nothing
+but its own presence. When two users stop sharing a room, the reader's next
 ``/sync`` drops the other's key: later changes neither wake it nor reach it (its client keeps the
 last presence it got, as with the reference).
 """
@@ -48,8 +51,8 @@ async def sync_presence(request: SyncRequest) -> Mapping[str, Any]:
     """The ``presence`` section of one user's range (module docstring)."""
     store = request.host.state(PresenceStore)
     users = await store.visible_to(request.user)
-    if request.watch_rooms is not None:
-        request.watch_rooms(watch_key(u) for u in users)
+    if request.watch_rooms is not None:  # not one's own: a user's client knows it is syncing
+        request.watch_rooms(watch_key(u) for u in users if u != request.user)
     since = {} if request.initial else request.since
     rows = await store.changed(users, since, request.upto)
     if request.initial:

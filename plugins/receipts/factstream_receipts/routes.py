@@ -79,7 +79,10 @@ async def send_receipt(request: Request, host: HostApi) -> dict[str, object]:
     receipt_type = _receipt_type(request)
     require_writer(host, STREAM)
     thread_id = await _thread_id(request)
-    if not await host.state(Memberships).is_joined(user, room_id):
+    memberships = host.state(Memberships)
+    if not await memberships.is_joined(user, room_id):
+        if not await memberships.joined_members(room_id):
+            raise HttpError(404, "M_NOT_FOUND", f"room {room_id} is not known here")
         raise HttpError(403, "M_FORBIDDEN", f"{user} is not joined to {room_id}")
     event = await target_event(host, event_id)
     if event is None or event.room_id != room_id or event.outlier:

@@ -54,7 +54,7 @@ def wake(row: ReceiptsRow) -> Wake:
     """A private receipt wakes its owner only; any other wakes every user following the room."""
     if row.receipt_type == READ_PRIVATE:
         return Wake(users=(row.user_id,))
-    return Wake(rooms=(row.room_id,))
+    return Wake(rooms=(watch_key(row.room_id),))
 
 
 def room_receipts_keys(row: ReceiptsRow) -> list[tuple[str]]:
@@ -64,3 +64,9 @@ def room_receipts_keys(row: ReceiptsRow) -> list[tuple[str]]:
 
 #: Run on every instance for every row, written there or replicated, before anyone can read past it.
 ROOM_RECEIPTS_INVALIDATION = InvalidationSpec(stream=STREAM, cache=ROOM_RECEIPTS, keys=room_receipts_keys)
+
+
+def watch_key(room_id: str) -> str:
+    """The notifier key a public receipt of ``room_id`` wakes, watched by the room's joined members only
+    (the events plugin's own key, the room ID, is watched by invitees too, whom a receipt does not reach)."""
+    return f"receipts|{room_id}"

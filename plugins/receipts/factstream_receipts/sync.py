@@ -5,7 +5,7 @@ plugin: the core merges the two (``factstream.sync.sections``), so a room with n
 receipts shows both, and neither plugin knows of the other. On every request:
 
 1. tell the notifier the user's joined rooms (``request.watch_rooms``), so that a later public receipt
-   of any of them (``Wake(rooms=...)``) wakes this user's long poll;
+   of any of them (``Wake(rooms=...)`` of the room's ``receipts|<room>`` key) wakes this user's long poll;
 2. read the receipts: for an initial sync (no ``since``) every current receipt of each joined room, as
    the reference sends a room's receipts from the start; otherwise those whose stream IDs are in the
    request's range ``(since[w], upto[w]]`` for their writer ``w``;
@@ -23,7 +23,7 @@ from typing import Any
 from factstream_events import Memberships
 
 from factstream import SyncRequest
-from factstream_receipts.rows import READ_PRIVATE, ReceiptsRow
+from factstream_receipts.rows import READ_PRIVATE, ReceiptsRow, watch_key
 from factstream_receipts.store import Receipt, ReceiptsStore
 
 RECEIPT_EVENT = "m.receipt"
@@ -73,7 +73,7 @@ async def sync_receipts(request: SyncRequest) -> dict[str, Any]:
     host = request.host
     joined = await host.state(Memberships).joined_rooms(request.user)
     if request.watch_rooms is not None:
-        request.watch_rooms(joined)
+        request.watch_rooms(watch_key(room) for room in joined)
     store = host.state(ReceiptsStore)
     by_room: dict[str, list[ReceiptsRow]] = {}
     if request.initial:

@@ -35,13 +35,13 @@ from factstream_typing.routes import ROUTES
 from factstream_typing.rows import STREAM, SYNC_KEY, TypingRow
 from factstream_typing.settings import TypingSettings
 from factstream_typing.state import TypingView, TypingWriter
-from factstream_typing.sync import sync_typing
+from factstream_typing.sync import sync_typing, watch_key
 
 __all__ = ["TYPING_STREAM", "TypingRow", "TypingSettings", "TypingView", "TypingWriter"]
 
 
 def _wake(row: TypingRow) -> Wake:
-    return Wake(rooms=(row.room_id,))
+    return Wake(rooms=(watch_key(row.room_id),))
 
 
 TYPING_STREAM = StreamSpec(

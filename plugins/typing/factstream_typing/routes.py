@@ -7,6 +7,8 @@
 * ``GET /rooms/{room_id}/typing`` (a member of the room, any instance): ``{"user_ids": [...]}``, this
   instance's view.
 
+A room nobody is joined to is a 404; one the caller is not joined to a 403.
+
 Every refusal is a 4xx ``{"errcode", "error"}`` decided before anything changes.
 """
 
@@ -40,7 +42,11 @@ def _room(request: Request) -> str:
 
 
 async def _member(host: HostApi, user: str, room: str) -> None:
-    if not await host.state(Memberships).is_joined(user, room):
+    """404 for a room nobody is joined to, 403 for a user not joined to it."""
+    memberships = host.state(Memberships)
+    if not await memberships.is_joined(user, room):
+        if not await memberships.joined_members(room):
+            raise HttpError(404, "M_NOT_FOUND", f"room {room} is not known here")
         raise HttpError(403, "M_FORBIDDEN", f"user {user} is not joined to room {room}")
 
 
@@ -52,6 +58,7 @@ async def set_typing(request: Request, host: HostApi) -> dict[str, Any]:
     if target != user:
         raise HttpError(403, "M_FORBIDDEN", f"user {user} cannot set the typing state of {target[:MAX_ID_LENGTH]}")
     require_writer(host, STREAM)
+    await _member(host, user, room)
     try:
         body = msgspec.json.decode(await read_body(request, MAX_BODY_BYTES), type=TypingBody)
     except msgspec.ValidationError as exc:
@@ -62,7 +69,6 @@ async def set_typing(request: Request, host: HostApi) -> dict[str, Any]:
     timeout = settings.default_timeout_ms if body.timeout is None else body.timeout
     if timeout < 0:
         raise HttpError(400, "M_INVALID_PARAM", f"timeout must be a number of milliseconds >= 0, not {timeout}")
-    await _member(host, user, room)
     host.state(TypingWriter).set_typing(room, user, body.typing, min(timeout, settings.max_timeout_ms))
     return {}
 

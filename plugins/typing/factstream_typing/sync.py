@@ -11,7 +11,9 @@ request's range ``(since, upto]``:
   of a run whose state is gone, and each ``m.typing`` replaces the room's list, so nothing the client
   shows sticks, and nothing of the new run is skipped (every position of it is above the token).
 
-Rooms are watched (``request.watch_rooms``) so that a row of the room wakes its members' long polls.
+Each joined room is watched under its own key (``typing|<room>``, ``request.watch_rooms``), and a row of
+the room wakes that key: exactly the room's joined members (the events plugin's key, the room ID, is
+watched by invitees too).
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from factstream import SyncRequest
 from factstream_typing.state import TypingView
 
 
+def watch_key(room: str) -> str:
+    """The notifier key a typing change of ``room`` wakes (module docstring)."""
+    return f"typing|{room}"
+
+
 def _event(users: tuple[str, ...]) -> dict[str, Any]:
     return {"type": "m.typing", "content": {"user_ids": list(users)}}
 
@@ -34,7 +41,7 @@ async def sync_typing(request: SyncRequest) -> Mapping[str, Any]:
     host = request.host
     joined = await host.state(Memberships).joined_rooms(request.user)
     if request.watch_rooms is not None:
-        request.watch_rooms(joined)
+        request.watch_rooms(watch_key(room) for room in joined)
     view = host.state(TypingView)
     since = max(request.since.values(), default=0)
     upto = max(request.upto.values(), default=0)

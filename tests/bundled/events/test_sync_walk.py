@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any
 
 import httpx
+import pytest
 
 from factstream.host.app import Host
 from tests.bundled.events.conftest import store_of
@@ -94,6 +95,13 @@ async def _sync(client: httpx.AsyncClient, since: str | None = None, **filter_: 
     response = await client.get("/sync", params=params)
     assert response.status_code == 200, response.text
     return dict(response.json())
+
+
+@pytest.fixture(autouse=True)
+def _only_the_events_plugin_reads_rooms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk is the events plugin's own: the plugins that ask it who is in a room (typing, receipts,
+    presence, through ``Memberships``) enter its read wing on their own account, and are left out."""
+    monkeypatch.setenv("FACTSTREAM_BLOCK_PLUGINS", "typing,receipts,presence")
 
 
 async def test_one_sync_walks_the_read_wing_with_at_most_three_returns(main: Host, client: Clients) -> None:

@@ -77,7 +77,9 @@ def test_sync_shows_exactly_what_the_model_allows(receipts: list[ReceiptsRow], v
 
 @given(rows)
 def test_a_private_receipt_wakes_its_owner_and_a_public_one_the_room(row: ReceiptsRow) -> None:
-    expected = Wake(users=(row.user_id,)) if row.receipt_type == READ_PRIVATE else Wake(rooms=(row.room_id,))
+    expected = (
+        Wake(users=(row.user_id,)) if row.receipt_type == READ_PRIVATE else Wake(rooms=(f"receipts|{row.room_id}",))
+    )
     assert wake(row) == expected
 
 
