@@ -17,7 +17,8 @@ output. Whatever the commands leave running is killed at the end (bash and its j
 group).
 
 Before comparing, both sides are normalised: the temporary directory becomes ``/home/you``; alembic
-revision IDs, dates, times and durations become placeholders; runs of spaces and of table rules
+revision IDs, dates, times, durations and the typing stream's position in a sync token (its
+writer's clock in microseconds) become placeholders; runs of spaces and of table rules
 collapse to one (a table's width follows the length of the paths in it).
 
 To see what the commands print now (to update the tutorial), run the test with
@@ -123,6 +124,8 @@ _NORMALISE = [
     (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(\.\d+)?\b"), "<time>"),
     (re.compile(r"\b\d+(\.\d+)? ?(ms|s)\b"), "<duration>"),
     (re.compile(r"│ *\d+\.\d+ *│"), "│ <seconds> │"),  # the seconds column of factstream export
+    # a kept stream's position in a sync token (typing's): counted from its writer's clock in microseconds
+    (re.compile(r"(?<=_)\d{16}(?=_)"), "<kept position>"),
     (re.compile(r"([─━])\1+"), r"\1"),
     (re.compile(r" {2,}"), " "),
 ]

@@ -54,6 +54,7 @@ async def sync_typing(request: SyncRequest) -> Mapping[str, Any]:
         if typing is not None and typing.position > upto:
             continue  # changed after this range: the next one has it
         users = typing.users if typing is not None else ()
-        if stale or (request.initial and users) or (typing is not None and since < typing.position):
+        changed = typing is not None and since < typing.position and (users or not request.initial)
+        if stale or changed:
             join[room] = {"ephemeral": {"events": [_event(users)]}}
     return {"join": join} if join else {}

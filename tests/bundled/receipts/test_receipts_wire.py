@@ -90,7 +90,7 @@ async def test_a_worker_parses_the_row_back_and_drops_its_cached_receipts(host_c
 
 
 def test_the_plugin_needs_the_events_plugin_and_says_why() -> None:
-    host = load_plugins(environ={"FACTSTREAM_BLOCK_PLUGINS": "events"})
+    host = load_plugins(environ={"FACTSTREAM_BLOCK_PLUGINS": "events,typing"})  # typing needs events too
     with pytest.raises(PluginError) as refused:
         _ = host.registry
     assert (
