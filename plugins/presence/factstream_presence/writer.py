@@ -12,7 +12,8 @@ Its rule, applied on every input and every ``check_interval_ms`` (the reference'
 
 * a user who starts syncing while offline comes online, active now;
 * online without activity for ``idle_timeout_ms`` (5 minutes) becomes ``unavailable``;
-* syncing nowhere for ``sync_online_timeout_ms`` (30 s) since the last sync ended becomes ``offline``
+* syncing nowhere for ``sync_online_timeout_ms`` (30 s) since the last sync ended or the last activity
+  (whichever is later) becomes ``offline``
   (so a process that dies takes its users offline at most about that long after the host learns it is
   gone: docs/plugins/presence.md says how long in all);
 * ``currently_active`` is true while the last activity is less than a minute old.
@@ -136,7 +137,8 @@ class PresenceWriter:
         """``p`` with the timeouts of the rule applied at ``now``."""
         if p.state == "offline":
             return replace(p, currently_active=False)
-        if not self.syncing_anywhere(user) and now - p.last_user_sync_ts >= self.settings.sync_online_timeout_ms:
+        last_seen = max(p.last_user_sync_ts, p.last_active_ts)  # a status set by PUT is activity too
+        if not self.syncing_anywhere(user) and now - last_seen >= self.settings.sync_online_timeout_ms:
             return replace(p, state="offline", currently_active=False)
         if p.state == "online" and now - p.last_active_ts >= self.settings.idle_timeout_ms:
             p = replace(p, state="unavailable")
