@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 from factstream import HostApi
 from factstream_presence.rows import STREAM, TABLE, PresenceRow
@@ -40,6 +41,10 @@ SELECT user_id, state, last_active_ts, last_federation_update_ts, last_user_sync
 FROM {TABLE} WHERE user_id = %(user)s
 """
 _DROP = f"DELETE FROM {TABLE} WHERE user_id = %(user)s"
+_NOT_OFFLINE = f"""
+SELECT user_id, state, last_active_ts, last_federation_update_ts, last_user_sync_ts, status_msg, currently_active
+FROM {TABLE} WHERE state <> 'offline'
+"""
 
 
 def now_ms() -> int:
@@ -66,6 +71,11 @@ class Presence:
         return self.state, self.status_msg, self.currently_active
 
 
+def _held(row: tuple[Any, ...]) -> Presence:
+    """The writer's :class:`Presence` of a ``presence_stream`` row (the columns of ``_LOAD``)."""
+    return Presence(*(row[i] for i in (1, 2, 4, 5, 6)))
+
+
 class PresenceWriter:
     """The writer's state and rule (module docstring); ``host.state(PresenceWriter)`` on the writer only."""
 
@@ -86,9 +96,16 @@ class PresenceWriter:
         known = self.users.get(user)
         if known is None:
             rows = await self.host.database().fetchall(_LOAD, {"user": user})
-            known = Presence(*(rows[0][i] for i in (1, 2, 4, 5, 6))) if rows else Presence()
+            known = _held(rows[0]) if rows else Presence()
             self.users[user] = known
         return known
+
+    async def load(self) -> None:
+        """Hold every user not offline in the table (a writer that starts again takes over the users its
+        last run left online, whose timeouts it applies from now on)."""
+        async with self._lock:
+            for row in await self.host.database().fetchall(_NOT_OFFLINE, {}):
+                self.users.setdefault(row[0], _held(row))
 
     async def _store(self, user: str, new: Presence) -> None:
         old = self.users.get(user, Presence())
@@ -158,6 +175,7 @@ class PresenceWriter:
 
     async def run(self) -> None:
         """Check the timeouts every ``check_interval_ms`` (the host's task on the writer)."""
+        await self.load()
         while True:
             await asyncio.sleep(self.settings.check_interval_ms / 1000)
             await self.check()
