@@ -538,6 +538,7 @@ PLUGIN_LAYERS = {
     "factstream_account_data": ("docs/plugins/account_data.md", "## Layers"),
     "factstream_to_device": ("docs/plugins/to_device.md", "## Layers"),
     "factstream_receipts": ("docs/plugins/receipts.md", "## Layers"),
+    "factstream_presence": ("docs/plugins/presence.md", "## Layers"),
     "factstream_caches": ("docs/caches.md", "### Layers of the caches plugin"),
 }
 
