@@ -539,6 +539,7 @@ PLUGIN_LAYERS = {
     "factstream_to_device": ("docs/plugins/to_device.md", "## Layers"),
     "factstream_receipts": ("docs/plugins/receipts.md", "## Layers"),
     "factstream_typing": ("docs/plugins/typing.md", "## Layers"),
+    "factstream_presence": ("docs/plugins/presence.md", "## Layers"),
     "factstream_caches": ("docs/caches.md", "### Layers of the caches plugin"),
 }
 

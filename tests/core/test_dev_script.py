@@ -263,7 +263,7 @@ def test_the_sync_step_keeps_a_plugin_installed_by_hand(tmp_path):
     assert still.stdout.startswith(str(tmp_path / "factstream-likes")), still.stdout
     # The workspace's own plugins are all there too.
     listed = subprocess.run(["factstream", "plugins"], env=active, capture_output=True, text=True, timeout=120)
-    for name in ("likes", "events", "receipts", "typing", "to_device", "account_data", "caches"):
+    for name in ("likes", "events", "receipts", "typing", "presence", "to_device", "account_data", "caches"):
         assert f" {name} " in listed.stdout, listed.stdout
 
 

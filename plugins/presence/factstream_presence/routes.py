@@ -3,8 +3,9 @@
 * ``PUT /presence/{user_id}/status`` (the user themself, on the stream's writer; 421 elsewhere):
   ``{"presence": "online" | "unavailable" | "offline", "status_msg": "..."}``; answers ``{}``.
 * ``GET /presence/{user_id}/status`` (any instance): ``{"presence", "last_active_ago",
-  "currently_active", "status_msg"?}`` for the user themself or a user sharing a room with them now;
-  404 ``M_NOT_FOUND`` for anyone else (as for a user nobody knows: presence does not tell who exists).
+  "currently_active", "status_msg"?}`` for the user themself or a user sharing a room with them now
+  (``offline`` for one who never had a presence, as with the reference); 404 ``M_NOT_FOUND`` for anyone
+  else (as for a user nobody knows: presence does not tell who exists).
 
 Every refusal is a 4xx ``{"errcode", "error"}`` decided before anything changes.
 """
@@ -17,7 +18,7 @@ import msgspec
 from starlette.requests import Request
 
 from factstream import HostApi, HttpError, RouteSpec, calling_user, read_body, require_writer
-from factstream_presence.rows import STATES, STREAM
+from factstream_presence.rows import STATES, STREAM, PresenceRow
 from factstream_presence.settings import PresenceSettings
 from factstream_presence.store import PresenceStore
 from factstream_presence.sync import event
@@ -72,9 +73,9 @@ async def get_status(request: Request, host: HostApi) -> dict[str, Any]:
     user = calling_user(request)
     target = _target(request)
     store = host.state(PresenceStore)
-    row = await store.latest(target) if target in await store.visible_to(user) else None
-    if row is None:
+    if target not in await store.visible_to(user):
         raise HttpError(404, "M_NOT_FOUND", f"no presence of {target} is visible to {user}")
+    row = await store.latest(target) or PresenceRow(target, "offline", 0, 0, 0, None, False)  # never set
     return dict(event(row, now_ms())["content"])
 
 

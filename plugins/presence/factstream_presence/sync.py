@@ -3,8 +3,8 @@
 A reader gets the presence of the users it may see (itself and those sharing a room with it now:
 ``factstream_presence.store``) whose presence changed in the request's range, each user's latest; an
 initial sync gets every such user who is not offline (and itself). Each event is
-``{"type": "m.presence", "sender": user, "content": {"presence", "last_active_ago", "currently_active",
-"status_msg"?}}``.
+``{"type": "m.presence", "sender": user, "content": {"presence", "last_active_ago"?, "currently_active",
+"status_msg"?}}`` (``last_active_ago`` when the user was ever active).
 
 Wake-ups: a user's row wakes exactly the long polls of the other readers who may see it. Each reader
 watches one notifier key per other user it may see (``presence|<user>``, refreshed on every ``/sync``),
@@ -37,11 +37,9 @@ def wake(row: PresenceRow) -> Wake:
 
 
 def event(row: PresenceRow, now: int) -> dict[str, Any]:
-    content: dict[str, Any] = {
-        "presence": row.state,
-        "last_active_ago": max(0, now - row.last_active_ts),
-        "currently_active": row.currently_active,
-    }
+    content: dict[str, Any] = {"presence": row.state, "currently_active": row.currently_active}
+    if row.last_active_ts:  # never active: no last_active_ago (as the reference)
+        content["last_active_ago"] = max(0, now - row.last_active_ts)
     if row.status_msg is not None:
         content["status_msg"] = row.status_msg
     return {"type": "m.presence", "sender": row.user_id, "content": content}

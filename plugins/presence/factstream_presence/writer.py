@@ -12,7 +12,8 @@ Its rule, applied on every input and every ``check_interval_ms`` (the reference'
 
 * a user who starts syncing while offline comes online, active now;
 * online without activity for ``idle_timeout_ms`` (5 minutes) becomes ``unavailable``;
-* syncing nowhere for ``sync_online_timeout_ms`` (30 s) since the last sync ended becomes ``offline``
+* syncing nowhere for ``sync_online_timeout_ms`` (30 s) since the last sync ended or the last activity
+  (whichever is later) becomes ``offline``
   (so a process that dies takes its users offline at most about that long after the host learns it is
   gone: docs/plugins/presence.md says how long in all);
 * ``currently_active`` is true while the last activity is less than a minute old.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 from factstream import HostApi
 from factstream_presence.rows import STREAM, TABLE, PresenceRow
@@ -39,6 +41,10 @@ SELECT user_id, state, last_active_ts, last_federation_update_ts, last_user_sync
 FROM {TABLE} WHERE user_id = %(user)s
 """
 _DROP = f"DELETE FROM {TABLE} WHERE user_id = %(user)s"
+_NOT_OFFLINE = f"""
+SELECT user_id, state, last_active_ts, last_federation_update_ts, last_user_sync_ts, status_msg, currently_active
+FROM {TABLE} WHERE state <> 'offline'
+"""
 
 
 def now_ms() -> int:
@@ -65,6 +71,11 @@ class Presence:
         return self.state, self.status_msg, self.currently_active
 
 
+def _held(row: tuple[Any, ...]) -> Presence:
+    """The writer's :class:`Presence` of a ``presence_stream`` row (the columns of ``_LOAD``)."""
+    return Presence(*(row[i] for i in (1, 2, 4, 5, 6)))
+
+
 class PresenceWriter:
     """The writer's state and rule (module docstring); ``host.state(PresenceWriter)`` on the writer only."""
 
@@ -85,9 +96,16 @@ class PresenceWriter:
         known = self.users.get(user)
         if known is None:
             rows = await self.host.database().fetchall(_LOAD, {"user": user})
-            known = Presence(*(rows[0][i] for i in (1, 2, 4, 5, 6))) if rows else Presence()
+            known = _held(rows[0]) if rows else Presence()
             self.users[user] = known
         return known
+
+    async def load(self) -> None:
+        """Hold every user not offline in the table (a writer that starts again takes over the users its
+        last run left online, whose timeouts it applies from now on)."""
+        async with self._lock:
+            for row in await self.host.database().fetchall(_NOT_OFFLINE, {}):
+                self.users.setdefault(row[0], _held(row))
 
     async def _store(self, user: str, new: Presence) -> None:
         old = self.users.get(user, Presence())
@@ -136,7 +154,8 @@ class PresenceWriter:
         """``p`` with the timeouts of the rule applied at ``now``."""
         if p.state == "offline":
             return replace(p, currently_active=False)
-        if not self.syncing_anywhere(user) and now - p.last_user_sync_ts >= self.settings.sync_online_timeout_ms:
+        last_seen = max(p.last_user_sync_ts, p.last_active_ts)  # a status set by PUT is activity too
+        if not self.syncing_anywhere(user) and now - last_seen >= self.settings.sync_online_timeout_ms:
             return replace(p, state="offline", currently_active=False)
         if p.state == "online" and now - p.last_active_ts >= self.settings.idle_timeout_ms:
             p = replace(p, state="unavailable")
@@ -156,6 +175,7 @@ class PresenceWriter:
 
     async def run(self) -> None:
         """Check the timeouts every ``check_interval_ms`` (the host's task on the writer)."""
+        await self.load()
         while True:
             await asyncio.sleep(self.settings.check_interval_ms / 1000)
             await self.check()
