@@ -297,7 +297,7 @@ def test_a_misspelt_implementation_of_a_plugin_hook_gets_the_hint():
 
     assert str(plain.value).startswith(
         "plugin 'typo' implements unknown hook 'like_limt' (did you mean 'like_limit', defined by plugin 'policy'?); "
-        "known hooks: register_caches, register_commands, register_export_jobs"
+        "known hooks: register_caches, register_command_handlers, register_commands, register_export_jobs"
     )
     assert str(plain.value).endswith("; hooks defined by plugins: like_limit ('policy'), like_tags ('policy')")
     assert str(declared.value) == (

@@ -381,10 +381,10 @@ def test_keep_running_serves_the_printed_commands(copy: Copy) -> None:
 
 def test_missing_plugins_are_named(copy: Copy) -> None:
     """Without a plugin the story needs, the demo says which and how to get it, and starts nothing."""
-    env = copy.env | {"FACTSTREAM_BLOCK_PLUGINS": "events"}
+    env = copy.env | {"FACTSTREAM_BLOCK_PLUGINS": "to_device"}
     result = subprocess.run(
         [sys.executable, "-m", "factstream", "demo"], cwd=copy.root, env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2
-    assert "not loaded: events" in result.stderr and "uv sync --all-packages" in result.stderr
+    assert "not loaded: to_device" in result.stderr and "uv sync --all-packages" in result.stderr
     assert "Traceback" not in result.stderr

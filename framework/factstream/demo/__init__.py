@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 EXPORT_TIMEOUT = 240.0
 #: The plugins whose routes the story uses.
-NEEDED_PLUGINS = ("events", "to_device", "account_data")
+NEEDED_PLUGINS = ("events", "to_device", "account_data", "typing", "receipts")
 #: Seconds between the story's steps in the live view (a person watches it).
 LIVE_PACE = 0.6
 #: How lines a user may copy are printed: never wrapped, no markup or highlighting.

@@ -55,8 +55,9 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 #: What a kept stream's keeper answers: ``(updates as (position, row) pairs, upto, limited)``.
 KeptUpdates = tuple[list[tuple[int, RowT]], int, bool]
-#: A kept stream's keeper: ``(from exclusive, upto inclusive, limit) -> KeptUpdates``, sync or async.
 Keeper = Callable[[int, int, int], Awaitable[KeptUpdates[RowT]] | KeptUpdates[RowT]]
+"""A kept stream's keeper (``host.kept_stream(name, Row, keeper)``): ``(from exclusive, upto inclusive,
+limit) -> (updates, upto, limited)``, sync or async; ``updates`` are ``(position, row)`` pairs in order."""
 
 
 class Caches(Protocol):
