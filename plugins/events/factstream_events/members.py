@@ -42,8 +42,16 @@ class Memberships:
         self.caches: Caches = host.caches
 
     async def joined_rooms(self, user: str) -> frozenset[str]:
-        """The rooms ``user`` is joined to now (not those they are only invited to)."""
-        mine = await self.host.state(EventsStore).timeline.rooms_for_user(user)
+        """The rooms ``user`` is joined to at this process's position in the events stream (not those
+        they are only invited to): what this process's ``/sync`` shows them joined to, so that a part
+        another plugin adds to ``rooms.join`` never names a room the events part does not (yet, or
+        any more). Read through the cache; from the history when the database is ahead of this
+        process for the user's memberships, as the events plugin's own ``/sync`` does."""
+        timeline = self.host.state(EventsStore).timeline
+        mine = await timeline.rooms_for_user(user)
+        upto = timeline.positions()
+        if mine.newest_change > upto.minimum:
+            return frozenset(await timeline.joined_at(user, upto))
         return frozenset(room.room_id for room in mine if room.membership == "join")
 
     async def is_joined(self, user: str, room_id: str) -> bool:

@@ -186,7 +186,8 @@ class Client(threading.Thread):
                 self.sections[room_id] = section
                 if section == "invite":
                     continue
-                timeline = room["timeline"]
+                # a room whose only news is ephemeral (typing, receipts) has no timeline (optional in the spec)
+                timeline = room.get("timeline") or {"events": [], "limited": False}
                 if timeline["limited"]:
                     self.limited.append(f"{room_id} at {self.since}")
                 self.received += [(room_id, e["event_id"]) for e in timeline["events"]]
