@@ -9,11 +9,13 @@ initial sync gets every such user who is not offline (and itself). Each event is
 Wake-ups: a user's row wakes exactly the long polls of the other readers who may see it. Each reader
 watches one notifier key per other user it may see (``presence|<user>``, refreshed on every ``/sync``),
 and a row wakes its user's key (``StreamSpec.wake``). A user's own change does not wake their own long
-poll (it comes with their next answer): their first ``/sync`` makes them online a moment later, and
-waking that very long poll for it would answer every client's second ``/sync`` at once with nothing
-but its own presence. When two users stop sharing a room, the reader's next
-``/sync`` drops the other's key: later changes neither wake it nor reach it (its client keeps the
-last presence it got, as with the reference).
+poll: their first ``/sync`` makes them online a moment later, and waking that very long poll for it
+would answer every client's second ``/sync`` at once with nothing but its own presence. Their own
+presence comes with the next answer that something else brings (and in every initial ``/sync`` and
+``GET /presence/{user}/status``): a client knows that it syncs, and what it set.
+
+When two users stop sharing a room, the reader's next ``/sync`` drops the other's key: later changes
+neither wake it nor reach it (its client keeps the last presence it got, as with the reference).
 """
 
 from __future__ import annotations

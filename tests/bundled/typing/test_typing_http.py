@@ -40,7 +40,7 @@ async def test_each_refusal_is_a_4xx_with_the_error_shape_and_changes_nothing(ma
     cases = [
         (bob, room, ALICE, {"typing": True}, 403, "M_FORBIDDEN"),  # another user's typing
         (carol, room, CAROL, {"typing": True}, 403, "M_FORBIDDEN"),  # not joined
-        (carol, "!unknown:hs", CAROL, {"typing": True}, 403, "M_FORBIDDEN"),  # no such room
+        (carol, "!unknown:hs", CAROL, {"typing": True}, 404, "M_NOT_FOUND"),  # no such room
         (bob, "!" + "r" * 300, BOB, {"typing": True}, 400, "M_INVALID_PARAM"),
         (bob, room, BOB, ["a list"], 400, "M_BAD_JSON"),
         (bob, room, BOB, {}, 400, "M_BAD_JSON"),  # no "typing"

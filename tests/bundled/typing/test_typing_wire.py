@@ -88,7 +88,7 @@ async def test_a_worker_parses_the_row_back_into_its_view(host_cluster: HostClus
 
 
 def test_the_plugin_needs_the_events_plugin_and_says_why() -> None:
-    host = load_plugins(environ={"FACTSTREAM_BLOCK_PLUGINS": "events,receipts"})
+    host = load_plugins(environ={"FACTSTREAM_BLOCK_PLUGINS": "events,receipts,presence"})
     with pytest.raises(PluginError) as refused:
         _ = host.registry
     assert str(refused.value) == (
