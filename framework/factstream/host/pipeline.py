@@ -46,7 +46,6 @@ from typing import Any
 
 from factstream.caches.registry import CacheRegistry
 from factstream.plugin.rows import Reset, StreamHandlers
-from factstream.replication.kept import reset_listeners
 from factstream.replication.stream import ReplicatedStream
 from factstream.sync.wakeups import SyncedStream, WakeRouter
 
@@ -121,19 +120,18 @@ class ReaderPipeline:
         if self.router is not None:
             self.router.on_position(stream, instance, token)
 
-    def attach_resets(self, streams: Iterable[ReplicatedStream], resets: Mapping[str, list[tuple[str, Reset]]]) -> None:
+    def attach_resets(self, streams: Iterable[ReplicatedStream], resets: Mapping[str, Reset]) -> None:
         """Wire each kept stream's reset (``factstream.replication.kept``): the plugins' ``reset``
         handlers, in order, then every long poll of the stream wakes at the writer's next advance."""
         for stream in streams:
             if stream.kept is not None:
-                stream.kept.on_reset = self._reset_of(stream.name, reset_listeners(resets.get(stream.name, [])))
+                stream.kept.on_reset = self._reset_of(stream.name, resets.get(stream.name))
 
-    def _reset_of(
-        self, name: str, plugins: Callable[[str, int], Awaitable[None]]
-    ) -> Callable[[str, int], Awaitable[None]]:
+    def _reset_of(self, name: str, plugins: Reset | None) -> Callable[[str, int], Awaitable[None]]:
         async def reset(instance: str, epoch: int) -> None:
             log.info("kept stream %s: %s started a new run at %d; forgetting its earlier facts", name, instance, epoch)
-            await plugins(instance, epoch)
+            if plugins is not None:
+                await plugins(instance, epoch)
             if self.router is not None:
                 self.router.reset(name, instance)
 

@@ -267,8 +267,8 @@ class PluginHost:
         """
         return bind_handlers(host, self.registry.rows_handlers, trace=self.trace)
 
-    def reset_handlers(self, host: object) -> dict[str, list[tuple[str, Reset]]]:
-        """Per kept stream, the rows handlers' ``reset`` bound to ``host``, in the rows handlers' order."""
+    def reset_handlers(self, host: object) -> dict[str, Reset]:
+        """Per kept stream, its rows handlers' ``reset`` bound to ``host`` as one call, in the rows handlers' order."""
         return bind_resets(host, self.registry.rows_handlers)
 
     async def shutdown(self, host: object) -> list[PluginError]:

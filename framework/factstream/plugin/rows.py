@@ -152,21 +152,39 @@ def bind_handlers(
     return {stream: StreamHandlers(host, stream, pairs) for stream, pairs in by_stream.items()}
 
 
-#: A bound reset: ``(writer, epoch) -> None or an awaitable`` (``RowsHandlerSpec.reset``).
-Reset = Callable[[str, int], Any]
+#: A kept stream's plugins' resets in one call: ``(writer, epoch)``, awaited before the new run's rows.
+Reset = Callable[[str, int], Awaitable[None]]
 
 
-def bind_resets(
-    host: object, handlers: Iterable[Registered[RowsHandlerSpec[Any]]]
-) -> dict[str, list[tuple[str, Reset]]]:
-    """Per kept stream, the ``reset`` of each rows handler that has one, bound to ``host``, in order."""
-    by_stream: dict[str, list[tuple[str, Reset]]] = {}
+def bind_resets(host: object, handlers: Iterable[Registered[RowsHandlerSpec[Any]]]) -> dict[str, Reset]:
+    """Per kept stream, one call of the ``reset`` of each rows handler that has one, bound to ``host``, in
+    order; a plugin that raises is logged with its name (as :meth:`StreamHandlers.failed`) and the others
+    still run."""
+    by_stream: dict[str, list[tuple[str, Any]]] = {}
     for reg in handlers:
-        reset = reg.spec.reset
-        if reset is not None:
-            bound: Reset = lambda writer, epoch, reset=reset: reset(host, writer, epoch)  # type: ignore[misc]  # noqa: E731
-            by_stream.setdefault(reg.spec.stream.name, []).append((reg.plugin, bound))
-    return by_stream
+        if reg.spec.reset is not None:
+            by_stream.setdefault(reg.spec.stream.name, []).append((reg.plugin, reg.spec.reset))
+
+    def bound(stream: str, resets: list[tuple[str, Any]]) -> Reset:
+        async def reset(writer: str, epoch: int) -> None:
+            for plugin, function in resets:
+                try:
+                    result = function(host, writer, epoch)
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception as exc:
+                    log.error(
+                        "plugin %r failed resetting its view of %s on stream %r: %s: %s",
+                        plugin,
+                        writer,
+                        stream,
+                        type(exc).__name__,
+                        exc,
+                    )
+
+        return reset
+
+    return {stream: bound(stream, resets) for stream, resets in by_stream.items()}
 
 
 def _traced(plugin: str, stream: str, handler: Handler) -> Handler:

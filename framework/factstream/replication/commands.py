@@ -64,7 +64,6 @@ class CommandRouter:
         self._queue: asyncio.Queue[tuple[Registered[CommandHandlerSpec[Any]], str, Any]] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
-        self.handled = 0
 
     def __bool__(self) -> bool:
         return bool(self.specs)
@@ -149,16 +148,11 @@ class CommandRouter:
                     result = spec.handler(self.host, sender, cmd)
                 if inspect.isawaitable(result):
                     await result
-                self.handled += cmd is not None
             except Exception as exc:
                 what = "forgetting" if cmd is None else "handling"
                 log.error(
                     "plugin %r failed %s %s of %s: %s: %s", reg.plugin, what, spec.name, sender, type(exc).__name__, exc
                 )
-
-    async def drained(self) -> None:
-        """Wait until every queued command has been handled (tests)."""
-        await self._queue.join()
 
     # -- forgetting the gone -----------------------------------------------------------------------
 

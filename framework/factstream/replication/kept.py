@@ -108,9 +108,8 @@ class KeptSource:
         self.timeout = timeout
         #: Per writer, the epoch of the run this process's view is of.
         self.epochs: dict[str, int] = {}
-        #: Requests made to writers, and those that failed.
+        #: Requests made to writers.
         self.asked = 0
-        self.failed = 0
         self._warned: set[str] = set()
 
     async def local(self, from_token: int, upto_token: int, limit: int) -> tuple[list[Update], int, bool]:
@@ -131,7 +130,6 @@ class KeptSource:
         try:
             answer = await self._ask_until(instance, from_token, upto_token, limit)
         except KeptUnreachable as exc:
-            self.failed += 1
             # A writer without an HTTP port (a configuration that never asks): a warning, once per writer.
             # A request that failed: an error, every time.
             quiet = isinstance(exc, KeptNoAddress)
@@ -250,21 +248,3 @@ def _unchunk(body: bytes) -> bytes:
             return bytes(out)
         out += rest[:size]
         body = rest[size + 2 :]
-
-
-def reset_listeners(handlers: list[tuple[str, Callable[[str, int], Any]]]) -> Callable[[str, int], Awaitable[None]]:
-    """One :data:`ResetListener` calling each plugin's ``(writer, epoch)`` reset in turn (a plugin that
-    raises is logged with its name; the others still run)."""
-
-    async def reset(instance: str, epoch: int) -> None:
-        for plugin, handler in handlers:
-            try:
-                result = handler(instance, epoch)
-                if inspect.isawaitable(result):
-                    await result
-            except Exception as exc:
-                log.error(
-                    "plugin %r failed resetting its view of %s: %s: %s", plugin, instance, type(exc).__name__, exc
-                )
-
-    return reset
